@@ -1,0 +1,326 @@
+"""`servers.json` and the `META_AGENT_*` settings.
+
+`servers.json` is the `mcpServers` map that Claude Desktop and Cursor use, plus optional policy keys per server
+(design.md §2.2). Every problem is a `ConfigError` whose text is one line: the file, the JSON path, the problem.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from meta_agent.errors import ConfigError
+
+TrustLevel = Literal["never", "ask", "always"]
+
+SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
+# A glob over tool names: the characters of a tool name plus fnmatch's wildcards.
+GLOB = re.compile(r"[A-Za-z0-9._*?\[\]!/-]+")
+VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_CONFIG = Path("servers.json")
+
+
+def check_glob(pattern: str) -> str:
+    """Return `pattern` if it is a usable glob over tool names.
+
+    Raises:
+        ValueError: the pattern is empty, has characters no tool name has, or an unclosed `[`.
+    """
+    if not GLOB.fullmatch(pattern):
+        raise ValueError(f"bad pattern {pattern!r}: use tool-name characters (A-Z a-z 0-9 . _ -) and * ? [...]")
+    if pattern.count("[") != pattern.count("]"):
+        raise ValueError(f"bad pattern {pattern!r}: unbalanced [ ]")
+    return pattern
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ToolFilter(_Strict):
+    """Which of a child's own tools meta-agent offers: allowed by `allow` and not matched by `deny`."""
+
+    allow: tuple[str, ...] = ("*",)
+    deny: tuple[str, ...] = ()
+
+    @field_validator("allow", "deny", mode="before")
+    @classmethod
+    def _list(cls, value: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("expected a list of glob patterns")
+        return tuple(value)
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _globs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_glob(p) for p in value)
+
+
+class ServerEntry(_Strict):
+    """One entry of `mcpServers`: a stdio child (`command`) or a streamable-HTTP child (`url`)."""
+
+    # `type` is accepted so entries copied from VS Code or Cursor load; it must agree with command/url.
+    type: Literal["stdio", "http", "streamable-http", "streamableHttp"] | None = None
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    disabled: bool = False
+    tools: ToolFilter = ToolFilter()
+    trust: dict[str, TrustLevel] = Field(default_factory=dict)
+    timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, le=86_400)
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args(cls, value: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("expected a list of strings")
+        return tuple(value)
+
+    @field_validator("trust")
+    @classmethod
+    def _trust_globs(cls, value: dict[str, TrustLevel]) -> dict[str, TrustLevel]:
+        for pattern in value:
+            check_glob(pattern)
+        return value
+
+    @field_validator("command", "url")
+    @classmethod
+    def _not_empty(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ServerEntry:
+        if self.command is not None and self.url is not None:
+            raise ValueError("has both `command` (stdio) and `url` (HTTP); keep one")
+        if self.command is None and self.url is None:
+            raise ValueError("needs `command` (a stdio server) or `url` (a streamable-HTTP server)")
+        if self.url is not None:
+            if self.type == "stdio":
+                raise ValueError('has `url` but `"type": "stdio"`')
+            if self.args or self.env or self.cwd is not None:
+                raise ValueError("`args`, `env` and `cwd` are for stdio servers; this one has `url`")
+            if not re.match(r"https?://", self.url):
+                raise ValueError(f"`url` must start with http:// or https://, got {self.url!r}")
+        if self.command is not None:
+            if self.type not in (None, "stdio"):
+                raise ValueError(f'has `command` but `"type": "{self.type}"`')
+            if self.headers:
+                raise ValueError("`headers` are for HTTP servers; this one has `command`")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command is not None else "http"
+
+
+class ServersFile(_Strict):
+    """The whole file."""
+
+    mcpServers: dict[str, ServerEntry]  # noqa: N815 - the key every MCP host uses
+
+
+def load_servers(path: Path, environ: Mapping[str, str]) -> dict[str, ServerEntry]:
+    """Read and check `servers.json`, expanding `${VAR}` and `${VAR:-default}` in enabled servers.
+
+    Raises:
+        ConfigError: one line naming the file, the JSON path and the problem.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file (pass --config PATH or set META_AGENT_CONFIG)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    return parse_servers(text, str(path), environ)
+
+
+def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[str, ServerEntry]:
+    """Parse the text of a servers file; `source` names it in errors.
+
+    Raises:
+        ConfigError: one line naming the source, the JSON path and the problem.
+    """
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f'{source}: expected a JSON object with "mcpServers", got {_json_type(raw)}')
+    try:
+        parsed = ServersFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc, raw)}") from None
+    servers: dict[str, ServerEntry] = {}
+    for name, entry in parsed.mcpServers.items():
+        if not SERVER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{source}: mcpServers.{name}: bad server name {name!r}: use letters, digits, '_' and '-' "
+                "(the dot separates server and tool)"
+            )
+        servers[name] = entry if entry.disabled else _expand_entry(entry, f"{source}: mcpServers.{name}", environ)
+    return servers
+
+
+def _expand_entry(entry: ServerEntry, where: str, environ: Mapping[str, str]) -> ServerEntry:
+    def one(value: str, path: str) -> str:
+        return expand(value, f"{where}.{path}", environ)
+
+    return entry.model_copy(
+        update={
+            "command": entry.command and one(entry.command, "command"),
+            "args": tuple(one(a, f"args[{i}]") for i, a in enumerate(entry.args)),
+            "env": {k: one(v, f"env.{k}") for k, v in entry.env.items()},
+            "cwd": entry.cwd and one(entry.cwd, "cwd"),
+            "url": entry.url and one(entry.url, "url"),
+            "headers": {k: one(v, f"headers.{k}") for k, v in entry.headers.items()},
+        }
+    )
+
+
+def expand(value: str, where: str, environ: Mapping[str, str]) -> str:
+    """Replace `${VAR}` and `${VAR:-default}` in `value` from `environ`.
+
+    Raises:
+        ConfigError: a variable is unset and has no default, or a `${` is malformed.
+    """
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match["name"], match["default"]
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: environment variable {name} is not set (or write ${{{name}:-default}})")
+
+    result = VARIABLE.sub(substitute, value)
+    if "${" in VARIABLE.sub("", value):
+        raise ConfigError(f"{where}: malformed variable reference in {value!r}: use ${{NAME}} or ${{NAME:-default}}")
+    return result
+
+
+_EXPECTED = {
+    "dict_type": "expected an object",
+    "model_type": "expected an object",
+    "model_attributes_type": "expected an object",
+    "string_type": "expected a string",
+    "list_type": "expected a list",
+    "tuple_type": "expected a list",
+    "bool_type": "expected true or false",
+    "float_type": "expected a number",
+    "int_type": "expected a whole number",
+}
+
+
+def _describe(exc: ValidationError, raw: Any) -> str:
+    """One validation error as `json.path: problem`; unknown keys first, with a did-you-mean."""
+    errors = exc.errors()
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = list(error["loc"])
+    path = _json_path(loc)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        return f"{path}: unknown key {key!r}{_did_you_mean(key, _known_keys(loc[:-1]))}"
+    if kind == "missing":
+        return f"{path}: required key is missing"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if kind in ("value_error", "assertion_error"):
+        return f"{path}: {message}"
+    message = _EXPECTED.get(kind, message[0].lower() + message[1:])
+    got = json.dumps(error["input"])
+    if len(got) > 40:
+        got = got[:37] + "..."
+    return f"{path}: {message}, got {got}"
+
+
+def _json_path(loc: list[int | str]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(top level)"
+
+
+def _known_keys(parent: list[int | str]) -> list[str]:
+    """The keys allowed at the object the location `parent` points to."""
+    if not parent:
+        return list(ServersFile.model_fields)
+    if len(parent) == 2:
+        return list(ServerEntry.model_fields)
+    if len(parent) == 3 and parent[2] == "tools":
+        return list(ToolFilter.model_fields)
+    return []
+
+
+def _did_you_mean(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (known keys: {', '.join(known)})" if known else ""
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+        type(value), "null"
+    )
+
+
+class Settings(BaseSettings):
+    """`META_AGENT_*` settings (design.md §2.3)."""
+
+    model_config = SettingsConfigDict(env_prefix="META_AGENT_", extra="ignore")
+
+    config: Path = DEFAULT_CONFIG
+    model: str | None = None
+    image_model: str = "openai:gpt-image-1"
+    max_steps: int = Field(default=10, ge=1)
+    max_steps_ceiling: int = Field(default=50, ge=1)
+    token_budget: int = Field(default=200_000, ge=1)
+    trace_dir: Path | None = None
+    http_token: str | None = None
+    # Comma-separated names; None (unset) enables every internal tool, "" enables none.
+    internal_tools: str | None = None
+    log_level: Literal["debug", "info", "warning", "error"] | None = None
+
+    def enabled_internal_tools(self, known: list[str]) -> list[str]:
+        """The internal tools `META_AGENT_INTERNAL_TOOLS` enables, in `known` order.
+
+        Raises:
+            ConfigError: a name that is not an internal tool.
+        """
+        if self.internal_tools is None:
+            return list(known)
+        wanted = [name.strip() for name in self.internal_tools.split(",") if name.strip()]
+        for name in wanted:
+            if name not in known:
+                hint = _did_you_mean(name, known) or " (there are none)"
+                raise ConfigError(f"META_AGENT_INTERNAL_TOOLS: unknown internal tool {name!r}{hint}")
+        return [name for name in known if name in wanted]
+
+
+def load_settings() -> Settings:
+    """Read the `META_AGENT_*` environment.
+
+    Raises:
+        ConfigError: a setting with a bad value, named by its variable.
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = "META_AGENT_" + str(error["loc"][0]).upper()
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{name}: {message[0].lower()}{message[1:]}, got {error['input']!r}") from None

@@ -1,0 +1,103 @@
+"""Shared test fixtures: real child servers (our fault server, mcp-server-time, server-everything)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meta_agent.config import ServerEntry
+
+TESTS = Path(__file__).parent
+FAULT_SERVER = TESTS / "fixtures" / "fault_server.py"
+EVERYTHING = TESTS / "node_modules" / ".bin" / "mcp-server-everything"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def fault_entry(*flags: str, **extra: Any) -> ServerEntry:
+    """A stdio entry for our fault server, run by this interpreter."""
+    return ServerEntry(command=sys.executable, args=(str(FAULT_SERVER), *flags), **extra)
+
+
+def time_entry(**extra: Any) -> ServerEntry:
+    command = shutil.which("mcp-server-time")
+    assert command, "mcp-server-time is not installed; run the README's test command"
+    return ServerEntry(command=command, **extra)
+
+
+def everything_entry(**extra: Any) -> ServerEntry:
+    assert EVERYTHING.exists(), "server-everything is not installed; run the README's test command"
+    return ServerEntry(command="node", args=(str(EVERYTHING), "stdio"), **extra)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def everything_http() -> Iterator[str]:
+    """server-everything over streamable HTTP; yields its /mcp URL."""
+    assert EVERYTHING.exists(), "server-everything is not installed; run the README's test command"
+    port = free_port()
+    proc = subprocess.Popen(
+        ["node", str(EVERYTHING), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # blocks until the server says it listens (or exits)
+        if "listening on port" in line:
+            break
+    else:
+        raise RuntimeError(f"server-everything exited with {proc.wait()}")
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(timeout=10)
+    proc.stdout.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purposes once its parent reaps it.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Changes:
+    """An `on_change` callback for children that lets a test wait for a condition without sleeping."""
+
+    def __init__(self) -> None:
+        import anyio
+
+        self._anyio = anyio
+        self._event = anyio.Event()
+
+    def __call__(self, _child: object) -> None:
+        event, self._event = self._event, self._anyio.Event()
+        event.set()
+
+    async def until(self, predicate: Any, timeout: float = 30) -> None:
+        with self._anyio.fail_after(timeout):
+            while not predicate():
+                await self._event.wait()

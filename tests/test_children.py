@@ -1,0 +1,208 @@
+"""Child supervision against real child servers: our fault server, mcp-server-time and server-everything."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import anyio
+import pytest
+import structlog
+from conftest import Changes, everything_entry, fault_entry, pid_alive, time_entry
+
+from meta_agent.children import ChildPool, ChildServer
+from meta_agent.config import ServerEntry, ToolFilter
+from meta_agent.errors import ChildDied, ChildTimeout, ChildUnavailable
+
+pytestmark = pytest.mark.anyio
+
+
+def text_of(result) -> str:
+    return "".join(block.text for block in result.content if block.type == "text")
+
+
+async def test_time_server_is_a_ready_child_with_its_tools() -> None:
+    async with ChildPool({"time": time_entry()}) as pool:
+        await pool.wait_settled()
+        child = pool["time"]
+        status = child.status
+        assert (status.state, status.protocol_version, status.tool_count) == ("ready", "2026-07-28", 2)
+        assert {tool.name for tool in child.tools} == {"get_current_time", "convert_time"}
+        result = await child.call("get_current_time", {"timezone": "Asia/Tokyo"})
+        assert not result.is_error
+        assert "Asia/Tokyo" in text_of(result)
+
+
+async def test_everything_over_stdio_speaks_2025_and_forwards_progress() -> None:
+    async with ChildPool({"every": everything_entry()}) as pool:
+        await pool.wait_settled()
+        child = pool["every"]
+        assert child.status.protocol_version == "2025-11-25"
+        assert child.status.server_name == "mcp-servers/everything"
+        messages: list[tuple[float, str | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            messages.append((progress, message))
+
+        result = await child.call("trigger-long-running-operation", {"duration": 0.3, "steps": 3}, on_progress=on_progress)
+        assert not result.is_error
+        assert [p for p, _ in messages] == [1, 2, 3]
+
+
+async def test_everything_over_streamable_http(everything_http: str) -> None:
+    async with ChildPool({"every": ServerEntry(url=everything_http)}) as pool:
+        await pool.wait_settled()
+        child = pool["every"]
+        assert child.status.state == "ready", child.status.error
+        assert child.status.transport == "http"
+        result = await child.call("echo", {"message": "over http"})
+        assert "over http" in text_of(result)
+
+
+async def test_every_page_of_tools_is_read() -> None:
+    async with ChildPool({"f": fault_entry("--extra-tools", "25", "--page-size", "7")}) as pool:
+        await pool.wait_settled()
+        names = {tool.name for tool in pool["f"].tools}
+        assert {f"extra_{i}" for i in range(25)} <= names
+        assert {"echo", "crash", "hang"} <= names
+
+
+async def test_allow_and_deny_filter_the_childs_tools() -> None:
+    entry = fault_entry(tools=ToolFilter(allow=("e*", "crash", "delete_*"), deny=("delete_*",)))
+    async with ChildPool({"f": entry}) as pool:
+        await pool.wait_settled()
+        assert {tool.name for tool in pool["f"].tools} == {"echo", "crash"}
+
+
+async def test_children_start_in_the_background() -> None:
+    # The pool is entered while a child that never answers is still starting: nothing waits for it.
+    async with ChildPool({"stuck": fault_entry("--never-start")}, start_timeout=30) as pool:
+        assert pool["stuck"].status.state == "starting"
+        with pytest.raises(ChildUnavailable, match="still starting"):
+            await pool["stuck"].call("echo", {"text": "x"})
+
+
+async def test_a_crash_mid_call_fails_fast_and_the_child_comes_back() -> None:
+    changes = Changes()
+    async with ChildPool({"f": fault_entry()}, on_change=changes) as pool:
+        child = pool["f"]
+        await changes.until(lambda: child.status.state == "ready")
+        first_pid = int(text_of(await child.call("pid", {})))
+        with pytest.raises(ChildDied, match="closed during crash"):
+            await child.call("crash", {})
+        # Later calls fail at once while it restarts, saying so.
+        assert child.status.state == "restarting"
+        assert child.tools == ()
+        with pytest.raises(ChildUnavailable, match=r"restart attempt 1"):
+            await child.call("echo", {"text": "x"})
+        await changes.until(lambda: child.status.state == "ready")
+        assert child.status.restarts == 1
+        assert {"echo", "crash"} <= {tool.name for tool in child.tools}
+        assert int(text_of(await child.call("pid", {}))) != first_pid
+
+
+async def test_a_child_killed_between_calls_is_noticed_and_restarted() -> None:
+    changes = Changes()
+    async with ChildPool({"f": fault_entry()}, on_change=changes) as pool:
+        child = pool["f"]
+        await changes.until(lambda: child.status.state == "ready")
+        pid = int(text_of(await child.call("pid", {})))
+        os.kill(pid, signal.SIGKILL)
+        await changes.until(lambda: child.status.state == "restarting")
+        assert "stderr" in (child.status.error or "")
+        await changes.until(lambda: child.status.state == "ready")
+        assert int(text_of(await child.call("pid", {}))) != pid
+
+
+async def test_the_backoff_grows_and_the_attempt_count_shows() -> None:
+    changes = Changes()
+    async with ChildPool({"bad": fault_entry("--exit-at-start")}, on_change=changes) as pool:
+        child = pool["bad"]
+        await changes.until(lambda: child.status.attempt >= 3)
+        status = child.status
+        assert status.state == "restarting"
+        assert status.retry_in is not None and 0.5 < status.retry_in <= 2.0  # 0.5 s, 1 s, then 2 s
+        assert "refusing to start" in (status.error or "")
+
+
+async def test_a_timeout_cancels_the_call_and_the_child_keeps_working() -> None:
+    async with ChildPool({"f": fault_entry(timeout=0.5)}) as pool:
+        await pool.wait_settled()
+        child = pool["f"]
+        with pytest.raises(ChildTimeout, match="hang took longer than 0.5 s"):
+            await child.call("hang", {})
+        assert text_of(await child.call("echo", {"text": "still here"})) == "still here"
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        (fault_entry("--exit-at-start"), "exited during start-up; its stderr ended with: fault_server: refusing"),
+        (ServerEntry(command="no-such-command-anywhere"), "command not found: no-such-command-anywhere"),
+        (fault_entry(cwd="/no/such/dir"), "cwd '/no/such/dir' is not a directory"),
+        (ServerEntry(url="http://127.0.0.1:9/mcp"), "cannot reach http://127.0.0.1:9/mcp"),
+    ],
+    ids=["exits-at-start", "no-command", "bad-cwd", "unreachable-url"],
+)
+async def test_a_child_that_cannot_start_says_why(entry: ServerEntry, reason: str) -> None:
+    async with ChildPool({"c": entry}, restart=False) as pool:
+        await pool.wait_settled()
+        status = pool["c"].status
+        assert status.state == "failed"
+        assert reason in (status.error or "")
+
+
+async def test_a_child_that_never_answers_fails_after_the_start_timeout() -> None:
+    async with ChildPool({"c": fault_entry("--never-start")}, restart=False, start_timeout=1) as pool:
+        await pool.wait_settled()
+        assert pool["c"].status.error == "no answer within 1 s"
+
+
+async def test_stdout_garbage_before_serving_is_reported_not_fatal() -> None:
+    with structlog.testing.capture_logs() as logs:
+        async with ChildPool({"g": fault_entry("--garbage")}) as pool:
+            await pool.wait_settled()
+            assert pool["g"].status.state == "ready"
+    assert any(entry["event"] == "child_bad_output" for entry in logs)
+
+
+async def test_child_stderr_goes_to_our_log_not_our_stdout(capfd: pytest.CaptureFixture[str]) -> None:
+    with structlog.testing.capture_logs() as logs:
+        async with ChildPool({"f": fault_entry()}) as pool:
+            await pool.wait_settled()
+            await pool["f"].call("write_stderr", {"text": "a line from the child"})
+            changes = Changes()
+            pool["f"].on_change = changes
+    lines = [entry["line"] for entry in logs if entry["event"] == "child_stderr"]
+    assert "a line from the child" in lines
+    captured = capfd.readouterr()
+    assert "a line from the child" not in captured.out
+    assert "a line from the child" not in captured.err
+
+
+async def test_no_child_outlives_the_pool_even_one_that_ignores_sigterm() -> None:
+    servers = {"plain": fault_entry(), "stubborn": fault_entry("--stubborn"), "time": time_entry()}
+    async with ChildPool(servers) as pool:
+        await pool.wait_settled()
+        pids = [int(text_of(await pool[name].call("pid", {}))) for name in ("plain", "stubborn")]
+        assert all(pid_alive(pid) for pid in pids)
+    assert not any(pid_alive(pid) for pid in pids)
+
+
+async def test_a_disabled_child_is_never_started() -> None:
+    async with ChildPool({"off": fault_entry(disabled=True)}) as pool:
+        await pool.wait_settled()
+        assert pool["off"].status.state == "disabled"
+        with pytest.raises(ChildUnavailable, match="disabled"):
+            await pool["off"].call("echo", {"text": "x"})
+
+
+async def test_cancelling_a_call_cancels_it_in_the_child() -> None:
+    async with ChildPool({"every": everything_entry()}) as pool:
+        await pool.wait_settled()
+        child: ChildServer = pool["every"]
+        with anyio.move_on_after(0.5) as scope:
+            await child.call("trigger-long-running-operation", {"duration": 30, "steps": 30})
+        assert scope.cancelled_caught
+        # The connection is still good after the cancel.
+        assert "ok" in text_of(await child.call("echo", {"message": "ok"}))
