@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def everything_http() -> Iterator[str]:
-    """server-everything over streamable HTTP; yields its /mcp URL."""
+@contextmanager
+def everything_over_http() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """server-everything over streamable HTTP on a free port: its /mcp URL and its process."""
     assert EVERYTHING.exists(), "server-everything is not installed; run the README's test command"
     port = free_port()
     proc = subprocess.Popen(
@@ -60,15 +61,23 @@ def everything_http() -> Iterator[str]:
         text=True,
     )
     assert proc.stdout is not None
-    for line in proc.stdout:  # blocks until the server says it listens (or exits)
-        if "listening on port" in line:
-            break
-    else:
-        raise RuntimeError(f"server-everything exited with {proc.wait()}")
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(timeout=10)
-    proc.stdout.close()
+    try:
+        for line in proc.stdout:  # blocks until the server says it listens (or exits)
+            if "listening on port" in line:
+                break
+        else:
+            raise RuntimeError(f"server-everything exited with {proc.wait()}")
+        yield f"http://127.0.0.1:{port}/mcp", proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def everything_http() -> Iterator[str]:
+    with everything_over_http() as (url, _proc):
+        yield url
 
 
 def pid_alive(pid: int) -> bool:

@@ -8,7 +8,7 @@ import signal
 import anyio
 import pytest
 import structlog
-from conftest import Changes, everything_entry, fault_entry, pid_alive, time_entry
+from conftest import Changes, everything_entry, everything_over_http, fault_entry, pid_alive, time_entry
 
 from meta_agent.children import ChildPool, ChildServer
 from meta_agent.config import ServerEntry, ToolFilter
@@ -206,3 +206,17 @@ async def test_cancelling_a_call_cancels_it_in_the_child() -> None:
         assert scope.cancelled_caught
         # The connection is still good after the cancel.
         assert "ok" in text_of(await child.call("echo", {"message": "ok"}))
+
+
+async def test_an_http_child_that_dies_fails_fast_and_is_retried() -> None:
+    changes = Changes()
+    with everything_over_http() as (url, proc):
+        async with ChildPool({"web": ServerEntry(url=url)}, on_change=changes) as pool:
+            child = pool["web"]
+            await changes.until(lambda: child.status.state == "ready")
+            proc.kill()
+            proc.wait()
+            with pytest.raises((ChildDied, ChildUnavailable)):
+                await child.call("echo", {"message": "anyone?"})
+            await changes.until(lambda: child.status.state == "restarting" and child.status.attempt >= 2)
+            assert "cannot reach" in (child.status.error or "")

@@ -155,15 +155,17 @@ def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[st
         ConfigError: one line naming the source, the JSON path and the problem.
     """
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{source}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{source}: key {exc.args[0]!r} appears twice in one object") from None
     if not isinstance(raw, dict):
         raise ConfigError(f'{source}: expected a JSON object with "mcpServers", got {_json_type(raw)}')
     try:
         parsed = ServersFile.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc, raw)}") from None
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
     servers: dict[str, ServerEntry] = {}
     for name, entry in parsed.mcpServers.items():
         if not SERVER_NAME.fullmatch(name):
@@ -173,6 +175,19 @@ def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[st
             )
         servers[name] = entry if entry.disabled else _expand_entry(entry, f"{source}: mcpServers.{name}", environ)
     return servers
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
 
 
 def _expand_entry(entry: ServerEntry, where: str, environ: Mapping[str, str]) -> ServerEntry:
@@ -225,7 +240,7 @@ _EXPECTED = {
 }
 
 
-def _describe(exc: ValidationError, raw: Any) -> str:
+def _describe(exc: ValidationError) -> str:
     """One validation error as `json.path: problem`; unknown keys first, with a did-you-mean."""
     errors = exc.errors()
     error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])

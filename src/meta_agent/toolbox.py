@@ -1,0 +1,208 @@
+"""Internal tools and the children's tools in one registry.
+
+Every tool has an MCP-facing name (`server.tool` for a child's tool, the bare name for an internal one) and a
+model-facing alias in `[A-Za-z0-9_-]{1,64}`, which is what LLM APIs accept. The alias of a name never depends on
+the other tools: `server__tool` where that is unambiguous, else a readable prefix and a hash of the full name.
+Tools whose names or aliases would clash are reported in `Toolbox.problems`, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp.types as t
+
+from meta_agent.children import ChildServer
+from meta_agent.config import TrustLevel, check_glob
+from meta_agent.errors import PatternError
+from meta_agent.policy import Mode, trust_level, visible
+
+ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_ALIAS = 64
+_HASH_LENGTH = 8
+_PLAIN_TOOL = re.compile(r"[A-Za-z0-9_-]+")
+_SEPARATOR = "__"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolHints:
+    """A tool's MCP annotations as given (None: not given); the properties apply the spec's defaults."""
+
+    title: str | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_hint is True
+
+    def describe(self) -> str:
+        """The hints a child set, as words: "read-only, idempotent"; "no annotations" when it set none."""
+        words = [
+            word
+            for word, value in (
+                ("read-only", self.read_only_hint),
+                ("destructive", self.destructive_hint),
+                ("idempotent", self.idempotent_hint),
+                ("open-world", self.open_world_hint),
+            )
+            if value
+        ]
+        given = (self.read_only_hint, self.destructive_hint, self.idempotent_hint, self.open_world_hint)
+        if all(value is None for value in given):
+            return "no annotations"
+        return ", ".join(words) or "not read-only"
+
+
+@dataclass(frozen=True, kw_only=True)
+class InternalTool:
+    """A tool meta-agent implements itself (image_gen)."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    hints: ToolHints
+    run: Callable[..., Awaitable[Any]] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """One tool of the toolbox, with its names, schema, hints and trust level."""
+
+    name: str
+    alias: str
+    server: str | None  # None for an internal tool
+    tool: str  # the server's own name for it
+    description: str
+    input_schema: Mapping[str, Any]
+    output_schema: Mapping[str, Any] | None
+    hints: ToolHints
+    trust: TrustLevel
+    trust_source: str
+
+    @property
+    def internal(self) -> bool:
+        return self.server is None
+
+
+def alias_for(name: str) -> str:
+    """The model-facing alias of an MCP-facing name; the same name always gets the same alias.
+
+    `server.tool` becomes `server__tool` when that can be read back unambiguously (the server name has no `__`
+    and does not end in `_`, the tool name needs no change, the whole fits in 64). Otherwise the alias is a
+    sanitised prefix, `_`, and 8 hex digits of the name's SHA-256.
+    """
+    server, dot, tool = name.partition(".")
+    if not dot:
+        plain = name if _PLAIN_TOOL.fullmatch(name) and _SEPARATOR not in name else None
+    elif _SEPARATOR not in server and not server.endswith("_") and _PLAIN_TOOL.fullmatch(tool):
+        plain = f"{server}{_SEPARATOR}{tool}"
+    else:
+        plain = None
+    if plain is not None and len(plain) <= MAX_ALIAS:
+        return plain
+    readable = re.sub(r"[^A-Za-z0-9_-]", "_", name.replace(".", _SEPARATOR, 1))
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_HASH_LENGTH]
+    return f"{readable[: MAX_ALIAS - _HASH_LENGTH - 1]}_{digest}"
+
+
+@dataclass(frozen=True)
+class Toolbox:
+    """An immutable snapshot of every enabled tool; build a new one when a child changes."""
+
+    tools: tuple[ToolSpec, ...] = ()
+    problems: tuple[str, ...] = ()
+    by_name: Mapping[str, ToolSpec] = field(default_factory=dict)
+    by_alias: Mapping[str, ToolSpec] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, internal: Sequence[InternalTool], children: Iterable[ChildServer]) -> Toolbox:
+        specs = [_internal_spec(tool) for tool in internal]
+        for child in children:
+            specs.extend(_child_spec(child.name, tool, child.entry.trust) for tool in child.tools)
+        return cls.of(specs)
+
+    @classmethod
+    def of(cls, specs: Iterable[ToolSpec]) -> Toolbox:
+        """A toolbox of `specs` in order; a spec whose name or alias is taken is left out and reported."""
+        kept: list[ToolSpec] = []
+        problems: list[str] = []
+        by_name: dict[str, ToolSpec] = {}
+        by_alias: dict[str, ToolSpec] = {}
+        for spec in specs:
+            if spec.name in by_name:
+                problems.append(f"{spec.name}: listed twice by its server; the second one is left out")
+            elif spec.alias in by_alias:
+                other = by_alias[spec.alias].name
+                problems.append(f"{spec.name}: model-facing name {spec.alias!r} is taken by {other}; left out")
+            else:
+                kept.append(spec)
+                by_name[spec.name] = spec
+                by_alias[spec.alias] = spec
+        return cls(tuple(kept), tuple(problems), by_name, by_alias)
+
+    def select(self, patterns: Sequence[str] | None = None, *, mode: Mode = "agent") -> list[ToolSpec]:
+        """The tools `mode` shows whose names match any of `patterns` (every one when `patterns` is None).
+
+        Raises:
+            PatternError: a pattern that is not a glob over tool names.
+        """
+        for pattern in patterns or ():
+            try:
+                check_glob(pattern)
+            except ValueError as exc:
+                raise PatternError(str(exc)) from None
+        return [
+            spec
+            for spec in self.tools
+            if visible(mode, internal=spec.internal, read_only=spec.hints.read_only)
+            and (patterns is None or any(fnmatch.fnmatchcase(spec.name, p) for p in patterns))
+        ]
+
+
+def _internal_spec(tool: InternalTool) -> ToolSpec:
+    level, source = trust_level(tool.name, read_only=tool.hints.read_only, trust={})
+    return ToolSpec(
+        name=tool.name,
+        alias=alias_for(tool.name),
+        server=None,
+        tool=tool.name,
+        description=tool.description,
+        input_schema=tool.input_schema,
+        output_schema=None,
+        hints=tool.hints,
+        trust=level,
+        trust_source=source,
+    )
+
+
+def _child_spec(server: str, tool: t.Tool, trust: Mapping[str, TrustLevel]) -> ToolSpec:
+    notes = tool.annotations
+    hints = ToolHints(
+        title=tool.title or (notes.title if notes else None),
+        read_only_hint=notes.read_only_hint if notes else None,
+        destructive_hint=notes.destructive_hint if notes else None,
+        idempotent_hint=notes.idempotent_hint if notes else None,
+        open_world_hint=notes.open_world_hint if notes else None,
+    )
+    level, source = trust_level(tool.name, read_only=hints.read_only, trust=trust)
+    name = f"{server}.{tool.name}"
+    return ToolSpec(
+        name=name,
+        alias=alias_for(name),
+        server=server,
+        tool=tool.name,
+        description=tool.description or "",
+        input_schema=tool.input_schema,
+        output_schema=tool.output_schema,
+        hints=hints,
+        trust=level,
+        trust_source=source,
+    )

@@ -1,0 +1,154 @@
+"""servers.json loading and settings: every bad input is one line naming the file, the JSON path and the problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from meta_agent.config import ServerEntry, load_servers, load_settings, parse_servers
+from meta_agent.errors import ConfigError
+
+ENV = {"HOME": "/home/u", "TOKEN": "s3cret", "EMPTY": ""}
+
+
+def servers(**entries: object) -> str:
+    return json.dumps({"mcpServers": entries})
+
+
+BAD = [
+    # (id, text, what the one line must say)
+    ("not-json", '{"mcpServers": {', "servers.json:1:17: invalid JSON: Expecting property name"),
+    ("trailing-comma", '{"mcpServers": {"a": {"command": "x",}}}', "servers.json:1:38: invalid JSON"),
+    ("second-line", '{\n  "mcpServers": {\n    "a" {}\n  }\n}', "servers.json:3:9: invalid JSON: Expecting ':'"),
+    ("top-array", "[]", 'expected a JSON object with "mcpServers", got an array'),
+    ("top-string", '"x"', "got a string"),
+    ("no-mcpServers", "{}", "mcpServers: required key is missing"),
+    ("misspelt-top", '{"mcpServer": {}}', "mcpServer: unknown key 'mcpServer' (did you mean 'mcpServers'?)"),
+    ("servers-not-object", '{"mcpServers": []}', "mcpServers: expected an object, got []"),
+    ("entry-not-object", servers(a="x"), 'mcpServers.a: expected an object, got "x"'),
+    ("unknown-key", servers(a={"comand": "x"}), "mcpServers.a.comand: unknown key 'comand' (did you mean 'command'?)"),
+    ("unknown-key-no-match", servers(a={"command": "x", "zzz": 1}), "mcpServers.a.zzz: unknown key 'zzz' (known keys:"),
+    ("both", servers(a={"command": "x", "url": "http://h/mcp"}), "mcpServers.a: has both `command` (stdio) and `url`"),
+    ("neither", servers(a={"env": {}}), "mcpServers.a: needs `command` (a stdio server) or `url`"),
+    ("empty-command", servers(a={"command": " "}), "mcpServers.a.command: must not be empty"),
+    ("bad-name-dot", servers(**{"a.b": {"command": "x"}}), "mcpServers.a.b: bad server name 'a.b'"),
+    ("bad-name-space", servers(**{"my server": {"command": "x"}}), "bad server name 'my server'"),
+    ("unset-var", servers(a={"command": "${NOPE}"}), "mcpServers.a.command: environment variable NOPE is not set"),
+    ("unset-var-in-env", servers(a={"command": "x", "env": {"K": "${NOPE}"}}), "mcpServers.a.env.K: environment"),
+    ("unset-var-in-header", servers(a={"url": "http://h/mcp", "headers": {"A": "Bearer ${NOPE}"}}), "headers.A"),
+    ("malformed-var", servers(a={"command": "x", "args": ["${"]}), "mcpServers.a.args[0]: malformed variable"),
+    ("args-not-list", servers(a={"command": "x", "args": "--flag"}), "mcpServers.a.args: expected a list of strings"),
+    ("arg-not-string", servers(a={"command": "x", "args": [1]}), "mcpServers.a.args[0]: expected a string, got 1"),
+    ("env-value-null", servers(a={"command": "x", "env": {"K": None}}), "mcpServers.a.env.K: expected a string, got null"),
+    ("env-not-object", servers(a={"command": "x", "env": ["K=V"]}), "mcpServers.a.env: expected an object"),
+    ("timeout-string", servers(a={"command": "x", "timeout": "60"}), 'mcpServers.a.timeout: expected a number, got "60"'),
+    ("timeout-zero", servers(a={"command": "x", "timeout": 0}), "mcpServers.a.timeout: input should be greater than 0"),
+    ("timeout-bool", servers(a={"command": "x", "timeout": True}), "mcpServers.a.timeout: expected a number, got true"),
+    ("disabled-string", servers(a={"command": "x", "disabled": "yes"}), "mcpServers.a.disabled: expected true or false"),
+    ("trust-level", servers(a={"command": "x", "trust": {"*": "maybe"}}), "mcpServers.a.trust.*: input should be 'never'"),
+    ("trust-pattern", servers(a={"command": "x", "trust": {"a b": "ask"}}), "bad pattern 'a b'"),
+    ("tools-list", servers(a={"command": "x", "tools": ["a"]}), "mcpServers.a.tools: expected an object"),
+    ("tools-key", servers(a={"command": "x", "tools": {"alow": []}}), "tools.alow: unknown key 'alow' (did you mean 'allow'?)"),
+    ("tools-glob", servers(a={"command": "x", "tools": {"deny": ["x y"]}}), "mcpServers.a.tools.deny: bad pattern 'x y'"),
+    ("tools-bracket", servers(a={"command": "x", "tools": {"deny": ["[ab"]}}), "unbalanced [ ]"),
+    ("url-scheme", servers(a={"url": "ftp://h/mcp"}), "mcpServers.a: `url` must start with http:// or https://"),
+    ("url-with-args", servers(a={"url": "http://h/mcp", "args": ["x"]}), "`args`, `env` and `cwd` are for stdio servers"),
+    ("command-with-headers", servers(a={"command": "x", "headers": {"A": "b"}}), "`headers` are for HTTP servers"),
+    ("type-sse", servers(a={"url": "http://h/sse", "type": "sse"}), "mcpServers.a.type: input should be 'stdio'"),
+    ("type-mismatch", servers(a={"command": "x", "type": "http"}), 'has `command` but `"type": "http"`'),
+    ("duplicate-server", '{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}', "key 'a' appears twice"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [case[1:] for case in BAD], ids=[case[0] for case in BAD])
+def test_a_bad_config_is_one_clear_line(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_servers(text, "servers.json", ENV)
+    message = str(caught.value)
+    assert message.startswith("servers.json")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_there_are_at_least_twenty_bad_configs() -> None:
+    assert len(BAD) >= 20
+
+
+def test_a_full_config_loads() -> None:
+    text = servers(
+        time={"command": "mcp-server-time"},
+        pg={
+            "command": "${HOME}/bin/postgres-mcp",
+            "args": ["--access-mode=${MODE:-restricted}", "--token=${TOKEN}"],
+            "env": {"DATABASE_URI": "${DB:-postgresql://localhost/db}", "BLANK": "${EMPTY}"},
+            "trust": {"execute_sql": "ask", "*": "always"},
+            "timeout": 12.5,
+        },
+        docs={"type": "http", "url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer ${X:-}"}},
+        web={"url": "https://example.test/mcp", "tools": {"allow": ["get_*"], "deny": ["get_secret"]}},
+    )
+    loaded = parse_servers(text, "servers.json", ENV)
+    assert list(loaded) == ["time", "pg", "docs", "web"]
+    pg = loaded["pg"]
+    assert pg.command == "/home/u/bin/postgres-mcp"
+    assert pg.args == ("--access-mode=restricted", "--token=s3cret")
+    assert pg.env == {"DATABASE_URI": "postgresql://localhost/db", "BLANK": ""}
+    assert pg.trust == {"execute_sql": "ask", "*": "always"}
+    assert (pg.timeout, pg.transport) == (12.5, "stdio")
+    assert loaded["time"].timeout == 60
+    assert loaded["docs"].headers == {"Authorization": "Bearer "}
+    assert loaded["docs"].transport == "http"
+    assert loaded["web"].tools.allow == ("get_*",)
+
+
+def test_a_disabled_server_needs_no_variables() -> None:
+    loaded = parse_servers(servers(off={"command": "${NOT_SET}", "disabled": True}), "servers.json", {})
+    assert loaded["off"].disabled
+    assert loaded["off"].command == "${NOT_SET}"
+
+
+def test_load_names_the_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.json: no such file \(pass --config PATH or set META_AGENT_CONFIG\)"):
+        load_servers(tmp_path / "nope.json", {})
+
+
+def test_load_reads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text(servers(a={"command": "x"}))
+    assert load_servers(path, {}) == {"a": ServerEntry(command="x")}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("META_AGENT_MAX_STEPS", "many", "META_AGENT_MAX_STEPS: input should be a valid integer"),
+        ("META_AGENT_MAX_STEPS", "0", "META_AGENT_MAX_STEPS: input should be greater than or equal to 1"),
+        ("META_AGENT_LOG_LEVEL", "loud", "META_AGENT_LOG_LEVEL: input should be 'debug'"),
+    ],
+)
+def test_a_bad_setting_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert expected in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "enabled"), [(None, ["image_gen"]), ("", []), ("image_gen", ["image_gen"]), (" image_gen , ", ["image_gen"])]
+)
+def test_internal_tools_setting(monkeypatch: pytest.MonkeyPatch, value: str | None, enabled: list[str]) -> None:
+    if value is None:
+        monkeypatch.delenv("META_AGENT_INTERNAL_TOOLS", raising=False)
+    else:
+        monkeypatch.setenv("META_AGENT_INTERNAL_TOOLS", value)
+    assert load_settings().enabled_internal_tools(["image_gen"]) == enabled
+
+
+def test_an_unknown_internal_tool_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("META_AGENT_INTERNAL_TOOLS", "image_gn")
+    with pytest.raises(ConfigError, match="unknown internal tool 'image_gn' \\(did you mean 'image_gen'\\?\\)"):
+        load_settings().enabled_internal_tools(["image_gen"])

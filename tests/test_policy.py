@@ -1,0 +1,72 @@
+"""Policy tables: which tools each mode shows, each tool's trust level, and what a call of each level does."""
+
+from __future__ import annotations
+
+import pytest
+
+from meta_agent.policy import decide, trust_level, visible
+
+
+@pytest.mark.parametrize(
+    ("mode", "internal", "read_only", "shown"),
+    [
+        ("ask", True, True, True),
+        ("ask", True, False, True),
+        ("ask", False, True, False),
+        ("ask", False, False, False),
+        ("plan", True, True, True),
+        ("plan", True, False, False),
+        ("plan", False, True, True),
+        ("plan", False, False, False),
+        ("agent", True, True, True),
+        ("agent", True, False, True),
+        ("agent", False, True, True),
+        ("agent", False, False, True),
+    ],
+)
+def test_visible(mode: str, internal: bool, read_only: bool, shown: bool) -> None:
+    assert visible(mode, internal=internal, read_only=read_only) is shown  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("tool", "read_only", "trust", "level", "source"),
+    [
+        ("get_time", True, {}, "always", "read-only"),
+        ("drop_table", False, {}, "ask", "not read-only"),
+        ("execute_sql", False, {"execute_sql": "ask", "*": "always"}, "ask", "trust 'execute_sql'"),
+        ("list_tables", True, {"execute_sql": "ask", "*": "always"}, "always", "trust '*'"),
+        # the exact name beats a glob, whatever the order in the file
+        ("execute_sql", False, {"*": "always", "execute_sql": "never"}, "never", "trust 'execute_sql'"),
+        # a longer glob beats a shorter one
+        ("delete_row", False, {"*": "always", "delete_*": "never"}, "never", "trust 'delete_*'"),
+        # a trust entry can lower a read-only tool's level
+        ("read_secret", True, {"read_secret": "never"}, "never", "trust 'read_secret'"),
+        # no entry matches: the default
+        ("write_file", False, {"read_*": "always"}, "ask", "not read-only"),
+        # equally specific patterns: the first written wins
+        ("ab", False, {"a?": "never", "?b": "always"}, "never", "trust 'a?'"),
+        ("ab", False, {"?b": "always", "a?": "never"}, "always", "trust '?b'"),
+        # character classes count as wildcards
+        ("rm", False, {"r[mn]": "never", "r*": "always"}, "never", "trust 'r[mn]'"),
+    ],
+)
+def test_trust_level(tool: str, read_only: bool, trust: dict, level: str, source: str) -> None:
+    assert trust_level(tool, read_only=read_only, trust=trust) == (level, source)
+
+
+@pytest.mark.parametrize(
+    ("mode", "level", "decision"),
+    [
+        ("agent", "never", "deny"),
+        ("agent", "ask", "ask"),
+        ("agent", "always", "run"),
+        ("plan", "never", "deny"),
+        ("plan", "ask", "ask"),
+        ("plan", "always", "run"),
+        ("ask", "never", "deny"),
+        ("ask", "ask", "run"),
+        ("ask", "always", "run"),
+    ],
+)
+def test_decide(mode: str, level: str, decision: str) -> None:
+    assert decide(mode, level) == decision  # type: ignore[arg-type]
