@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -31,10 +30,12 @@ def fault_entry(*flags: str, **extra: Any) -> ServerEntry:
     return ServerEntry(command=sys.executable, args=(str(FAULT_SERVER), *flags), **extra)
 
 
+# mcp-server-time is installed with the test extras; run it by module so no PATH shim is needed.
+TIME_COMMAND = {"command": sys.executable, "args": ["-m", "mcp_server_time"]}
+
+
 def time_entry(**extra: Any) -> ServerEntry:
-    command = shutil.which("mcp-server-time")
-    assert command, "mcp-server-time is not installed; run the README's test command"
-    return ServerEntry(command=command, **extra)
+    return ServerEntry(command=sys.executable, args=("-m", "mcp_server_time"), **extra)
 
 
 def everything_entry(**extra: Any) -> ServerEntry:

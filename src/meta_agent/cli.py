@@ -1,6 +1,7 @@
 """The `meta-agent` command line.
 
-Exit codes: 0 success, 1 a check failed, 2 bad input (config, settings, arguments), 130 interrupted.
+Exit codes: 0 success, 1 a check failed, 2 bad input (config, settings, arguments), 128 + N stopped by signal N
+(130 for Ctrl-C, 143 for SIGTERM).
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -25,7 +27,7 @@ from meta_agent.tracing import configure_logging
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+EXIT_SIGNALLED = 128  # plus the signal number: 130 for Ctrl-C, 143 for SIGTERM
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,12 +84,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"meta-agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(args.log_level or settings.log_level or "warning")
-    command: Callable[..., Any] = {"tools": _tools, "check": _check}[args.command]
-    try:
-        return anyio.run(command, args, settings, servers, internal)
-    except KeyboardInterrupt:
-        print("meta-agent: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    command: Callable[..., Awaitable[int]] = {"tools": _tools, "check": _check}[args.command]
+    return anyio.run(_until_signalled, command, args, settings, servers, internal)
+
+
+async def _until_signalled(command: Callable[..., Awaitable[int]], *args: Any) -> int:
+    """Run `command`; SIGINT, SIGTERM or SIGHUP cancel it, so every child is stopped before we exit 128+signal."""
+    received: list[int] = []
+    result = 0
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                async for signum in signals:
+                    received.append(signum)
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch)
+        result = await command(*args)
+        tg.cancel_scope.cancel()
+    if received:
+        print(f"meta-agent: stopped by {signal.Signals(received[0]).name}", file=sys.stderr)
+        return EXIT_SIGNALLED + received[0]
+    return result
 
 
 def _names() -> list[str]:

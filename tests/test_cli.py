@@ -1,0 +1,208 @@
+"""The `meta-agent` command as a user runs it: a real subprocess, real children, exit codes, no orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import EVERYTHING, FAULT_SERVER, TIME_COMMAND
+
+META_AGENT = [sys.executable, "-m", "meta_agent"]
+
+
+def write_config(tmp_path: Path, servers: dict) -> Path:
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+def fault(marker: str, *flags: str) -> dict:
+    return {"command": sys.executable, "args": [str(FAULT_SERVER), "--name", marker, *flags]}
+
+
+def run(*args: str, timeout: float = 90, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*META_AGENT, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose command line contains `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"marker-{uuid.uuid4().hex}"
+
+
+def test_check_reports_each_child_and_fails_when_one_does(tmp_path: Path, marker: str) -> None:
+    config = write_config(
+        tmp_path,
+        {
+            "time": TIME_COMMAND,
+            "every": {"command": "node", "args": [str(EVERYTHING), "stdio"]},
+            "crash": fault(marker, "--exit-at-start"),
+            "stubborn": fault(marker, "--stubborn"),
+            "nope": {"command": "no-such-command-xyz"},
+            "off": {"command": "${UNSET_BUT_DISABLED}", "disabled": True},
+        },
+    )
+    result = run("check", "--config", str(config))
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{config}: 6 servers"
+    by_name = {line.split()[0]: line for line in lines[1:7]}
+    assert by_name["time"].split()[1:5] == ["ready", "stdio", "2026-07-28", "2"]
+    assert by_name["every"].split()[1:5] == ["ready", "stdio", "2025-11-25", "13"]
+    assert "failed  the server exited during start-up; its stderr ended with: fault_server: refusing" in by_name["crash"]
+    assert by_name["stubborn"].split()[1] == "ready"
+    assert "failed  command not found: no-such-command-xyz" in by_name["nope"]
+    assert by_name["off"].split()[1] == "disabled"
+    assert lines[-1] == "2 of 6 failed: crash, nope"
+    assert "Traceback" not in result.stderr
+    assert processes_with(marker) == []
+
+
+def test_check_passes_and_a_never_starting_child_is_bounded(tmp_path: Path, marker: str) -> None:
+    ok = run("check", "--config", str(write_config(tmp_path, {"time": TIME_COMMAND})))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    stuck = run("check", "--start-timeout", "2", "--config", str(write_config(tmp_path, {"s": fault(marker, "--never-start")})))
+    assert stuck.returncode == 1
+    assert "s  failed  no answer within 2 s" in stuck.stdout
+    assert processes_with(marker) == []
+
+
+def test_an_http_child_in_check(tmp_path: Path, everything_http: str) -> None:
+    result = run("check", "--config", str(write_config(tmp_path, {"web": {"url": everything_http}})))
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[1].split()[1:4] == ["ready", "http", "2025-11-25"]
+
+
+def test_tools_lists_internal_tools_first_then_each_child(tmp_path: Path, marker: str) -> None:
+    config = write_config(
+        tmp_path,
+        {
+            "time": {**TIME_COMMAND, "trust": {"convert_time": "never"}},
+            "f": {**fault(marker), "tools": {"allow": ["echo", "delete_file"]}},
+            "nope": {"command": "no-such-command-xyz"},
+        },
+    )
+    result = run("tools", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "internal · 1 tool"
+    assert lines[1].split() == ["image_gen", "read-only,", "open-world", "always", "(read-only)"]
+    assert lines[2].startswith("time · ready")
+    assert lines[3].split()[0] == "time.get_current_time"
+    assert lines[3].split()[-2:] == ["always", "(read-only)"]
+    assert lines[4].split()[0] == "time.convert_time"
+    assert lines[4].split()[-3:] == ["never", "(trust", "'convert_time')"]
+    assert lines[5].startswith("f · ready")
+    assert [line.split()[0] for line in lines[6:8]] == ["f.echo", "f.delete_file"]
+    assert lines[7].split()[1:] == ["destructive", "ask", "(not", "read-only)"]
+    assert lines[8] == "nope · failed  command not found: no-such-command-xyz"
+    assert processes_with(marker) == []
+
+
+def test_tools_as_json_and_internal_tools_setting(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"time": TIME_COMMAND})
+    result = run("tools", "--json", "--config", str(config), env={"META_AGENT_INTERNAL_TOOLS": ""})
+    assert result.returncode == 0, result.stderr
+    box = json.loads(result.stdout)
+    assert [s["name"] for s in box["servers"]] == ["time"]
+    assert box["servers"][0]["protocol_version"] == "2026-07-28"
+    assert [t["name"] for t in box["tools"]] == ["time.get_current_time", "time.convert_time"]
+    assert box["tools"][0]["alias"] == "time__get_current_time"
+    assert box["tools"][0]["annotations"]["readOnlyHint"] is True
+
+
+def test_child_stderr_never_reaches_stdout(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"every": {"command": "node", "args": [str(EVERYTHING), "stdio"]}})
+    result = run("tools", "--config", str(config), "--log-level", "info")
+    assert "Starting default (STDIO) server" not in result.stdout
+    assert "Starting default (STDIO) server" in result.stderr  # it went to our log
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["check", "--config", "/nonexistent/servers.json"], "/nonexistent/servers.json: no such file"),
+        (["tools", "--config", "{bad}"], "servers.json:1:2: invalid JSON"),
+        (["check", "--config", "{unknown}"], "mcpServers.a.comand: unknown key 'comand' (did you mean 'command'?)"),
+        (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+        (["check", "--start-timeout", "soon"], "argument --start-timeout: invalid float value: 'soon'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    contents = {"{bad}": "{,", "{unknown}": json.dumps({"mcpServers": {"a": {"comand": "x"}}})}
+    args = [str(_materialise(tmp_path, a, contents)) if a in contents else a for a in args]
+    result = run(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert message in result.stderr
+
+
+def _materialise(tmp_path: Path, key: str, contents: dict[str, str]) -> Path:
+    path = tmp_path / "servers.json"
+    path.write_text(contents[key])
+    return path
+
+
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {})
+    result = run("check", "--config", str(config), env={"META_AGENT_INTERNAL_TOOLS": "imagegen"})
+    assert result.returncode == 2
+    assert result.stderr == (
+        "meta-agent: META_AGENT_INTERNAL_TOOLS: unknown internal tool 'imagegen' (did you mean 'image_gen'?)\n"
+    )
+
+
+def test_config_comes_from_the_environment(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {})
+    result = run("check", env={"META_AGENT_CONFIG": str(config)})
+    assert (result.returncode, result.stdout) == (0, f"{config}: 0 servers\n")
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_every_child(tmp_path: Path, marker: str, signum: int, code: int) -> None:
+    config = write_config(
+        tmp_path, {"ready": fault(marker), "stubborn": fault(marker, "--stubborn"), "stuck": fault(marker, "--never-start")}
+    )
+    proc = subprocess.Popen(
+        [*META_AGENT, "check", "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(str(config))
+    assert proc.stdout.readline().split()[:2] == ["ready", "ready"]  # children are up; "stuck" is still starting
+    assert len(processes_with(marker)) == 3
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code
+    assert err.strip().endswith(f"meta-agent: stopped by {signal.Signals(signum).name}")
+    assert processes_with(marker) == []
+
+
+def test_the_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "meta-agent"
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert result.stdout.startswith("meta-agent ")
