@@ -129,5 +129,7 @@ async def test_a_toolbox_of_real_children() -> None:
     assert box.by_name["every.toggle-simulated-logging"].trust_source == "trust 'toggle-*'"
     destructive = box.by_name["f.delete_file"]
     assert destructive.hints.destructive_hint and (destructive.trust, destructive.trust_source) == ("ask", "not read-only")
-    assert {s.name for s in box.tools if s.server == "f"} == {"f.echo", "f.pid", "f.slow", "f.huge", "f.delete_file"}
+    assert {s.name for s in box.tools if s.server == "f"} == {
+        "f.echo", "f.pid", "f.slow", "f.huge", "f.delete_file", "f.mutate", "f.peak", "f.image"
+    }
     assert all(ALIAS.fullmatch(s.alias) for s in box.tools)

@@ -3,6 +3,14 @@
     MetaAgentError
     ├── ConfigError           bad servers.json, settings or command-line input (the CLI exits 2)
     ├── PatternError          a tool selection pattern that can never match a tool name
+    ├── LimitExceeded         a run reached one of its limits; `reason` names it (the loop's last turn follows)
+    ├── ProviderError         the model provider failed; this ends the run
+    │   ├── ModelNotConfigured no model is configured, or the configured one cannot be used here
+    │   ├── ProviderAuthError  the provider refused the credentials
+    │   ├── ProviderRateLimited the provider's rate limit, after the SDK's own retries
+    │   ├── ProviderUnavailable cannot connect, timed out, or the provider is overloaded or failing (5xx)
+    │   ├── ProviderBadRequest the provider refused the request as malformed or too large
+    │   └── ScriptError        the scripted test provider got a call its script did not expect
     └── ChildError            a call to a child server's tool could not be completed
         ├── ChildUnavailable  the child is starting, restarting or has failed; nothing was sent
         ├── ChildDied         the child's connection closed while the call was in flight
@@ -10,6 +18,7 @@
         └── ChildProtocolError the child answered with a JSON-RPC error or a malformed result
 
 A `ChildError` is a tool failure: the loop turns it into an error result the model sees, and the run goes on.
+Limits, cancellation and `ProviderError`s end a run.
 """
 
 from __future__ import annotations
@@ -25,6 +34,42 @@ class ConfigError(MetaAgentError):
 
 class PatternError(MetaAgentError):
     """A tool selection pattern that is malformed."""
+
+
+class LimitExceeded(MetaAgentError):
+    """A run limit was reached; `reason` is the stop reason that names it."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ProviderError(MetaAgentError):
+    """The model provider failed; `str(error)` is one line naming the provider and what to do."""
+
+
+class ModelNotConfigured(ProviderError):
+    """No usable model: `str(error)` says exactly what to set."""
+
+
+class ProviderAuthError(ProviderError):
+    """The provider refused the API key."""
+
+
+class ProviderRateLimited(ProviderError):
+    """Rate limited, after the SDK's retries."""
+
+
+class ProviderUnavailable(ProviderError):
+    """Connection failure, timeout, overload or a server error, after the SDK's retries."""
+
+
+class ProviderBadRequest(ProviderError):
+    """The provider refused the request itself (bad model name, context too long, malformed tools)."""
+
+
+class ScriptError(ProviderError):
+    """The scripted provider was called when its script did not expect it."""
 
 
 class ChildError(MetaAgentError):

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Literal
 
 from meta_agent.config import TrustLevel
+from meta_agent.events import Mode
 
-Mode = Literal["ask", "plan", "agent"]
 MODES: tuple[Mode, ...] = ("ask", "plan", "agent")
 Decision = Literal["run", "ask", "deny"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,9 +18,10 @@ from typing import Any
 
 import mcp.types as t
 
-from meta_agent.children import ChildServer
+from meta_agent.children import ChildServer, ProgressFn
 from meta_agent.config import TrustLevel, check_glob
 from meta_agent.errors import PatternError
+from meta_agent.messages import ImagePart, Part, TextPart
 from meta_agent.policy import Mode, trust_level, visible
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -62,14 +64,22 @@ class ToolHints:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolOutcome:
+    """What a tool call returned, in the neutral transcript's parts."""
+
+    parts: tuple[Part, ...]
+    is_error: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class InternalTool:
-    """A tool meta-agent implements itself (image_gen)."""
+    """A tool meta-agent implements itself (image_gen); `run` takes the validated arguments."""
 
     name: str
     description: str
     input_schema: Mapping[str, Any]
     hints: ToolHints
-    run: Callable[..., Awaitable[Any]] | None = None
+    run: Callable[[Mapping[str, Any]], Awaitable[ToolOutcome]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,3 +216,71 @@ def _child_spec(server: str, tool: t.Tool, trust: Mapping[str, TrustLevel]) -> T
         trust=level,
         trust_source=source,
     )
+
+
+class ToolCaller:
+    """Runs a toolbox tool: an internal one in-process, a child's through its connection."""
+
+    def __init__(self, children: Mapping[str, ChildServer], internal: Sequence[InternalTool]) -> None:
+        self._children = children
+        self._internal = {tool.name: tool for tool in internal}
+
+    async def call(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], on_progress: ProgressFn | None = None
+    ) -> ToolOutcome:
+        """Raises:
+        ChildError: the child could not complete the call.
+        """
+        if spec.server is None:
+            run = self._internal[spec.name].run
+            if run is None:
+                return ToolOutcome(parts=(TextPart(text=f"{spec.name} is not available"),), is_error=True)
+            return await run(arguments)
+        result = await self._children[spec.server].call(spec.tool, arguments, on_progress=on_progress)
+        return outcome_of(result)
+
+
+def outcome_of(result: t.CallToolResult) -> ToolOutcome:
+    """An MCP tool result as transcript parts: text and images as they are, everything else described in text."""
+    parts: list[Part] = [_part(block) for block in result.content]
+    structured = result.structured_content
+    if structured is not None and not any(_same_json(p, structured) for p in parts):
+        parts.append(TextPart(text=f"structured content: {json.dumps(structured)}"))
+    return ToolOutcome(parts=tuple(parts) or (TextPart(text="(no output)"),), is_error=bool(result.is_error))
+
+
+def _part(block: t.ContentBlock) -> Part:
+    if isinstance(block, t.TextContent):
+        return TextPart(text=block.text)
+    if isinstance(block, t.ImageContent):
+        return ImagePart(data=block.data, mime_type=block.mime_type)
+    if isinstance(block, t.AudioContent):
+        return TextPart(text=f"[audio: {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]")
+    if isinstance(block, t.ResourceLink):
+        about = ", ".join(filter(None, (block.mime_type, block.description)))
+        return TextPart(text=f"[resource link: {block.name} <{block.uri}>{f' ({about})' if about else ''}]")
+    if isinstance(block, t.EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, t.TextResourceContents):
+            return TextPart(text=f"[resource <{resource.uri}>]\n{resource.text}")
+        size = len(resource.blob) * 3 // 4
+        return TextPart(text=f"[resource <{resource.uri}>: {resource.mime_type or 'binary'}, {size} bytes, not shown]")
+    return TextPart(text=f"[{type(block).__name__} content, not shown]")
+
+
+def _same_json(part: Part, value: Any) -> bool:
+    """Whether a text part already says what the structured content says (so it need not be repeated).
+
+    MCP servers wrap a scalar result as `{"result": value}` in structured content and put the value in text.
+    """
+    if not isinstance(part, TextPart):
+        return False
+    candidates = [value]
+    if isinstance(value, dict) and list(value) == ["result"]:
+        candidates.append(value["result"])
+        if part.text == str(value["result"]):
+            return True
+    try:
+        return json.loads(part.text) in candidates
+    except ValueError:
+        return False

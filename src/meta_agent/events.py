@@ -1,0 +1,190 @@
+"""What a run reports, as it happens: frozen events in one union, the contract for every sink.
+
+The loop emits them in order; the MCP progress reporter, the terminal printer and the trace writer read them.
+Event `kind`s are public names: they do not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from meta_agent.messages import ImagePart
+
+Mode = Literal["ask", "plan", "agent"]
+StopReason = Literal["final", "max_steps", "token_budget", "deadline", "cancelled", "error"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallRecord:
+    name: str  # the MCP-facing name (server.tool)
+    arguments: Mapping[str, Any]
+    ok: bool
+    duration_ms: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    index: int
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunUsage:
+    model_calls: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    answer: str
+    stop_reason: StopReason
+    run_id: str
+    steps: tuple[StepRecord, ...] = ()
+    usage: RunUsage = field(default_factory=RunUsage)
+    images: tuple[ImagePart, ...] = ()  # images internal tools made during the run, for the host
+    conversation_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The structured result of design.md §2.4."""
+        return {
+            "answer": self.answer,
+            "stop_reason": self.stop_reason,
+            "run_id": self.run_id,
+            "conversation_id": self.conversation_id,
+            "steps": [
+                {
+                    "index": step.index,
+                    "tool_calls": [
+                        {
+                            "name": call.name,
+                            "arguments": dict(call.arguments),
+                            "ok": call.ok,
+                            "duration_ms": call.duration_ms,
+                            **({"error": call.error} if call.error else {}),
+                        }
+                        for call in step.tool_calls
+                    ],
+                }
+                for step in self.steps
+            ],
+            "usage": {
+                "model_calls": self.usage.model_calls,
+                "tool_calls": self.usage.tool_calls,
+                "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens,
+            },
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted:
+    run_id: str
+    mode: Mode
+    task: str
+    model: str
+    tools: tuple[str, ...]
+    kind: Literal["run_started"] = "run_started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelTurnStarted:
+    step: int
+    final: bool = False  # the last turn after a limit: no tools
+    kind: Literal["model_turn_started"] = "model_turn_started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thinking:
+    step: int
+    text: str
+    kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponded:
+    step: int
+    text: str
+    tool_calls: tuple[str, ...]  # MCP-facing names, or the alias when the model named no known tool
+    input_tokens: int
+    output_tokens: int
+    duration_ms: int
+    kind: Literal["model_responded"] = "model_responded"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallStarted:
+    step: int
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+    kind: Literal["tool_call_started"] = "tool_call_started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallFinished:
+    step: int
+    call_id: str
+    name: str
+    ok: bool
+    duration_ms: int
+    error: str | None = None
+    kind: Literal["tool_call_finished"] = "tool_call_finished"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildProgress:
+    step: int
+    call_id: str
+    name: str
+    progress: float
+    total: float | None
+    message: str | None
+    kind: Literal["child_progress"] = "child_progress"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heartbeat:
+    step: int
+    waiting_for: str  # "model" or a tool's MCP-facing name
+    elapsed_s: float
+    kind: Literal["heartbeat"] = "heartbeat"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitReached:
+    step: int
+    limit: StopReason
+    kind: Literal["limit_reached"] = "limit_reached"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished:
+    result: RunResult
+    kind: Literal["run_finished"] = "run_finished"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFailed:
+    run_id: str
+    error: str
+    kind: Literal["run_failed"] = "run_failed"
+
+
+Event = (
+    RunStarted
+    | ModelTurnStarted
+    | Thinking
+    | ModelResponded
+    | ToolCallStarted
+    | ToolCallFinished
+    | ChildProgress
+    | Heartbeat
+    | LimitReached
+    | RunFinished
+    | RunFailed
+)

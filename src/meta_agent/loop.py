@@ -1,0 +1,444 @@
+"""The one loop: model turn, tool calls, repeat, within limits; every step an event.
+
+Each model turn ends in a small tagged value (`Answer`, `CallTools` or `OutOfTime`) and the loop branches on it.
+A tool failure of any kind goes back to the model as an error result and the run goes on; a limit leads to one
+last turn without tools; cancellation and provider errors end the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, assert_never
+
+import anyio
+import jsonschema
+import structlog
+from ulid import ULID
+
+from meta_agent import events as ev
+from meta_agent.errors import LimitExceeded, MetaAgentError, ProviderError
+from meta_agent.events import Mode, RunResult, RunUsage, StepRecord, StopReason, ToolCallRecord
+from meta_agent.limits import Limits
+from meta_agent.messages import (
+    ImagePart,
+    Message,
+    ModelRequest,
+    Part,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    ToolResult,
+    ToolSchema,
+    Usage,
+    UserMessage,
+)
+from meta_agent.policy import decide
+from meta_agent.providers import Provider
+from meta_agent.toolbox import ToolOutcome, ToolSpec
+
+log = structlog.get_logger("meta_agent.loop")
+T = TypeVar("T")
+
+# Hosts reset their request timeout on progress; a beat this often keeps a slow call alive.
+HEARTBEAT_INTERVAL = 10.0
+DEFAULT_MAX_RESULT_CHARS = 50_000
+
+SYSTEM_PROMPTS: dict[Mode, str] = {
+    "agent": (
+        "You are meta-agent, an agent that completes the user's task with the tools you are given. Call tools when "
+        "they help; several independent calls may go in one turn. When the task is done, reply with the final "
+        "answer and call no tool."
+    ),
+    "plan": (
+        "You are meta-agent in planning mode. You may only use the read-only tools you are given, to look before "
+        "you plan; change nothing. Reply with a numbered plan (1., 2., ...) of concrete steps, naming the tools "
+        "that would carry each one out."
+    ),
+    "ask": "You are meta-agent. Answer the user directly. You may call one of the tools you are given if it helps.",
+}
+FINAL_TURN = (
+    "Stop here: {why}. Do not call any tool. Give your best final answer from what you have gathered so far, and "
+    "say briefly what is left undone."
+)
+
+Emit = Callable[[ev.Event], Awaitable[None]]
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+# Asked before an `ask`-level tool runs; True runs it. (None: this caller cannot be asked.)
+Approve = Callable[[ToolSpec, Mapping[str, Any]], Awaitable[bool]]
+
+
+class ToolRunner(Protocol):
+    async def call(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], on_progress: ProgressFn | None = None
+    ) -> ToolOutcome: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    task: str
+    mode: Mode
+    tools: tuple[ToolSpec, ...]  # already selected for the mode and the caller's patterns
+    limits: Limits = field(default_factory=Limits)
+    history: tuple[Message, ...] = ()
+    run_id: str = field(default_factory=lambda: str(ULID()))
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+
+
+@dataclass(frozen=True)
+class CallTools:
+    text: str
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class OutOfTime:
+    pass
+
+
+Turn = Answer | CallTools | OutOfTime
+
+
+async def _ignore(_event: ev.Event) -> None:
+    return None
+
+
+async def run(
+    request: RunRequest,
+    *,
+    provider: Provider,
+    tools: ToolRunner,
+    emit: Emit = _ignore,
+    approve: Approve | None = None,
+    heartbeat_interval: float = HEARTBEAT_INTERVAL,
+) -> RunResult:
+    """Run one task to an answer.
+
+    Raises:
+        ProviderError: the model provider failed (after a `RunFailed` event).
+        Cancellation: re-raised after a `RunFinished` event with stop reason `cancelled`.
+    """
+    return await _Run(request, provider, tools, emit, approve, heartbeat_interval).go()
+
+
+class _Run:
+    def __init__(
+        self,
+        request: RunRequest,
+        provider: Provider,
+        tools: ToolRunner,
+        emit: Emit,
+        approve: Approve | None,
+        heartbeat_interval: float,
+    ) -> None:
+        self.request = request
+        self.provider = provider
+        self.tools = tools
+        self.emit = emit
+        self.approve = approve
+        self.heartbeat_interval = heartbeat_interval
+        self.by_alias = {spec.alias: spec for spec in request.tools}
+        self.schemas = tuple(
+            ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema)
+            for spec in request.tools
+        )
+        self.validators: dict[str, jsonschema.protocols.Validator] = {}
+        self.transcript: list[Message] = [*request.history, UserMessage.of(request.task)]
+        self.usage = Usage()
+        self.model_calls = 0
+        self.steps: list[StepRecord] = []
+        self.images: list[ImagePart] = []
+        self.started = anyio.current_time()
+
+    async def go(self) -> RunResult:
+        request = self.request
+        await self.emit(
+            ev.RunStarted(
+                run_id=request.run_id,
+                mode=request.mode,
+                task=request.task,
+                model=self.provider.name,
+                tools=tuple(spec.name for spec in request.tools),
+            )
+        )
+        try:
+            result = await self._steps()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self.emit(ev.RunFinished(result=self._result("", "cancelled")))
+            raise
+        except ProviderError as exc:
+            await self.emit(ev.RunFailed(run_id=request.run_id, error=str(exc)))
+            raise
+        await self.emit(ev.RunFinished(result=result))
+        return result
+
+    async def _steps(self) -> RunResult:
+        while True:
+            try:
+                self.request.limits.check(
+                    steps_done=len(self.steps), tokens_used=self.usage.total, elapsed=self._elapsed()
+                )
+            except LimitExceeded as limit:
+                return await self._last_turn(limit)
+            match await self._model_turn(final=False):
+                case Answer(text=text):
+                    return self._result(text, "final")
+                case CallTools(text=text, calls=calls) if self.request.mode == "ask":
+                    # ask: at most one tool run, and its result is the answer; no second model turn.
+                    results = await self._run_tools(calls[:1])
+                    return self._result("\n\n".join(filter(None, (text, results[0].text))), "final")
+                case CallTools(calls=calls):
+                    await self._run_tools(calls)
+                case OutOfTime():
+                    continue  # the check above ends the run
+                case unreachable:
+                    assert_never(unreachable)
+
+    async def _last_turn(self, limit: LimitExceeded) -> RunResult:
+        await self.emit(ev.LimitReached(step=len(self.steps), limit=limit.reason))  # type: ignore[arg-type]
+        self.transcript.append(UserMessage.of(FINAL_TURN.format(why=limit)))
+        turn = await self._model_turn(final=True)
+        text = turn.text if isinstance(turn, (Answer, CallTools)) else ""
+        return self._result(text or f"(no answer: {limit})", limit.reason)  # type: ignore[arg-type]
+
+    async def _model_turn(self, *, final: bool) -> Turn:
+        step = len(self.steps) + 1
+        await self.emit(ev.ModelTurnStarted(step=step, final=final))
+        model_request = ModelRequest(
+            system=SYSTEM_PROMPTS[self.request.mode],
+            messages=tuple(self.transcript),
+            tools=self.schemas,
+            tool_choice="none" if final else "auto",
+        )
+        started = time.perf_counter()
+        # The last turn is not cut by the deadline: it is what makes a run end with an answer.
+        deadline = float("inf") if final else self._deadline()
+        with anyio.move_on_at(deadline):
+            response = await self._beating(step, "model", self.provider.complete(model_request))
+            self.model_calls += 1
+            self.usage += response.usage
+            for part in response.thinking:
+                if part.text:
+                    await self.emit(ev.Thinking(step=step, text=part.text))
+            calls = () if final else response.tool_calls
+            await self.emit(
+                ev.ModelResponded(
+                    step=step,
+                    text=response.text,
+                    tool_calls=tuple(self._name_of(call.name) for call in calls),
+                    input_tokens=response.usage.input_tokens,
+                    output_tokens=response.usage.output_tokens,
+                    duration_ms=_ms_since(started),
+                )
+            )
+            if final:
+                self.steps.append(StepRecord(index=step))
+                return Answer(response.text)
+            self.transcript.append(response.as_message())
+            if not calls:
+                self.steps.append(StepRecord(index=step))
+                return Answer(response.text)
+            return CallTools(response.text, calls)
+        return OutOfTime()
+
+    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ToolResult]:
+        """Run one step's calls concurrently (mutating calls one at a time per server); results in call order."""
+        step = len(self.steps) + 1
+        allowed = self.request.limits.max_tool_calls_per_step
+        results: list[ToolResult | None] = [None] * len(calls)
+        records: list[ToolCallRecord | None] = [None] * len(calls)
+        locks: dict[str, anyio.Lock] = {}
+        with anyio.move_on_at(self._deadline()):
+            async with anyio.create_task_group() as tg:
+                for index, call in enumerate(calls):
+                    if index >= allowed:
+                        refusal = f"not run: at most {allowed} tool calls per step; call it again in the next step"
+                        results[index], records[index] = self._refused(call, refusal)
+                        continue
+                    tg.start_soon(self._call_one, step, call, index, results, records, locks)
+        for index, call in enumerate(calls):
+            if results[index] is None:
+                results[index], records[index] = self._refused(call, "cancelled: the run's time limit passed")
+        done = [result for result in results if result is not None]
+        self.transcript.append(ToolMessage(results=tuple(done)))
+        self.steps.append(StepRecord(index=step, tool_calls=tuple(r for r in records if r is not None)))
+        return done
+
+    async def _call_one(
+        self,
+        step: int,
+        call: ToolCall,
+        index: int,
+        results: list[ToolResult | None],
+        records: list[ToolCallRecord | None],
+        locks: dict[str, anyio.Lock],
+    ) -> None:
+        name = self._name_of(call.name)
+        await self.emit(ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments))
+        started = time.perf_counter()
+        outcome = await self._outcome(step, call, locks)
+        duration = _ms_since(started)
+        error = outcome.parts[0].text if outcome.is_error and isinstance(outcome.parts[0], TextPart) else None
+        results[index] = ToolResult(call_id=call.id, name=call.name, parts=outcome.parts, is_error=outcome.is_error)
+        records[index] = ToolCallRecord(
+            name=name, arguments=call.arguments, ok=not outcome.is_error, duration_ms=duration, error=error
+        )
+        await self.emit(
+            ev.ToolCallFinished(
+                step=step, call_id=call.id, name=name, ok=not outcome.is_error, duration_ms=duration, error=error
+            )
+        )
+
+    async def _outcome(self, step: int, call: ToolCall, locks: dict[str, anyio.Lock]) -> ToolOutcome:
+        """Check, approve and run one call; every failure becomes an error outcome for the model."""
+        spec = self.by_alias.get(call.name)
+        if spec is None:
+            known = ", ".join(sorted(self.by_alias)) or "none"
+            return _error(f"unknown tool {call.name!r}; the tools are: {known}")
+        if call.invalid_arguments:
+            return _error(f"the arguments for {spec.alias} were {call.invalid_arguments}; send a JSON object")
+        problem = self._invalid(spec, call.arguments)
+        if problem:
+            return _error(f"invalid arguments for {spec.alias}: {problem}")
+        refusal = await self._refusal(spec, call.arguments)
+        if refusal:
+            return _error(refusal)
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            await self.emit(
+                ev.ChildProgress(
+                    step=step, call_id=call.id, name=spec.name, progress=progress, total=total, message=message
+                )
+            )
+
+        try:
+            async with self._one_at_a_time(spec, locks):
+                outcome = await self._beating(step, spec.name, self.tools.call(spec, call.arguments, on_progress))
+        except MetaAgentError as exc:
+            return _error(str(exc))
+        except Exception as exc:  # a bug in an internal tool must not end the run; the model is told, we log it
+            log.exception("tool_crashed", tool=spec.name, run_id=self.request.run_id)
+            return _error(f"{spec.name} failed: {type(exc).__name__}: {exc}")
+        return self._for_model(spec, outcome)
+
+    async def _refusal(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
+        decision = decide(self.request.mode, spec.trust)
+        where = f'"trust": {{"{spec.tool}": ...}} of server "{spec.server}" in servers.json' if spec.server else ""
+        if decision == "deny":
+            return f"{spec.name} is blocked (trust level never, from {spec.trust_source}); a user can allow it with {where}"
+        if decision == "ask":
+            if self.approve is None:
+                return (
+                    f"{spec.name} needs the user's approval and this caller cannot be asked; "
+                    f'to run it without asking, set "always" in {where}'
+                )
+            if not await self.approve(spec, arguments):
+                return f"the user did not allow {spec.name} this time; do without it or ask the user"
+        return None
+
+    def _invalid(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
+        validator = self.validators.get(spec.alias)
+        if validator is None:
+            cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
+            validator = self.validators[spec.alias] = cls(spec.input_schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"{where}: {error.message}" if where else error.message
+
+    def _for_model(self, spec: ToolSpec, outcome: ToolOutcome) -> ToolOutcome:
+        """Keep internal tools' images for the host; placeholders for images the model cannot take; cut long text."""
+        parts: list[Part] = []
+        budget = self.request.max_result_chars
+        for part in outcome.parts:
+            if isinstance(part, ImagePart):
+                if spec.internal:
+                    self.images.append(part)
+                if not self.provider.accepts_images:
+                    part = TextPart(text=f"[image: {part.mime_type}, {len(part.data) * 3 // 4} bytes, not shown]")
+            if isinstance(part, TextPart):
+                if len(part.text) > budget:
+                    cut = len(part.text) - budget
+                    part = TextPart(text=f"{part.text[:budget]}\n[... cut {cut:,} of {len(part.text):,} characters]")
+                budget = max(0, budget - len(part.text))
+            parts.append(part)
+        return ToolOutcome(parts=tuple(parts), is_error=outcome.is_error)
+
+    @asynccontextmanager
+    async def _one_at_a_time(self, spec: ToolSpec, locks: dict[str, anyio.Lock]) -> AsyncIterator[None]:
+        """A call that may change things waits for the other such calls to the same server in this step."""
+        if spec.hints.read_only or spec.server is None:
+            yield
+            return
+        async with locks.setdefault(spec.server, anyio.Lock()):
+            yield
+
+    async def _beating(self, step: int, waiting_for: str, work: Awaitable[T]) -> T:
+        """Await `work`; while it runs longer than the heartbeat interval, a heartbeat event repeats."""
+
+        async def beat() -> None:
+            started = anyio.current_time()
+            while True:
+                await anyio.sleep(self.heartbeat_interval)
+                elapsed = anyio.current_time() - started
+                await self.emit(ev.Heartbeat(step=step, waiting_for=waiting_for, elapsed_s=elapsed))
+
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(beat)
+            try:
+                result = await work
+            except Exception as exc:  # raised again below, outside the task group, so it is not wrapped in a group
+                failure = exc
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return result
+
+    def _refused(self, call: ToolCall, why: str) -> tuple[ToolResult, ToolCallRecord]:
+        result = ToolResult(call_id=call.id, name=call.name, parts=(TextPart(text=why),), is_error=True)
+        record = ToolCallRecord(name=self._name_of(call.name), arguments=call.arguments, ok=False, duration_ms=0, error=why)
+        return result, record
+
+    def _name_of(self, alias: str) -> str:
+        spec = self.by_alias.get(alias)
+        return spec.name if spec else alias
+
+    def _elapsed(self) -> float:
+        return anyio.current_time() - self.started
+
+    def _deadline(self) -> float:
+        limit = self.request.limits.time_limit
+        return float("inf") if limit is None else self.started + limit
+
+    def _result(self, answer: str, stop_reason: StopReason) -> RunResult:
+        return RunResult(
+            answer=answer,
+            stop_reason=stop_reason,
+            run_id=self.request.run_id,
+            steps=tuple(self.steps),
+            usage=RunUsage(
+                model_calls=self.model_calls,
+                tool_calls=sum(len(step.tool_calls) for step in self.steps),
+                input_tokens=self.usage.input_tokens,
+                output_tokens=self.usage.output_tokens,
+            ),
+            images=tuple(self.images),
+        )
+
+
+def _error(text: str) -> ToolOutcome:
+    return ToolOutcome(parts=(TextPart(text=text),), is_error=True)
+
+
+def _ms_since(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)

@@ -1,0 +1,137 @@
+"""The neutral transcript: what the loop and every provider speak. No MCP or vendor types here.
+
+Tool names in the transcript are the model-facing aliases (the names the model saw and called).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextPart:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImagePart:
+    data: str  # base64
+    mime_type: str
+    kind: Literal["image"] = "image"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThinkingPart:
+    """Reasoning a provider returned; `signature` lets a provider verify it when it is sent back."""
+
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+    kind: Literal["thinking"] = "thinking"
+
+
+Part = TextPart | ImagePart
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    id: str
+    name: str  # the model-facing alias
+    arguments: Mapping[str, Any]
+    # Set when the provider's arguments were not a JSON object: what was wrong, for the model to read.
+    invalid_arguments: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolResult:
+    call_id: str
+    name: str  # the model-facing alias
+    parts: tuple[Part, ...]
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        return "\n".join(part.text for part in self.parts if isinstance(part, TextPart))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemMessage:
+    text: str
+    role: Literal["system"] = "system"
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserMessage:
+    parts: tuple[Part, ...]
+    role: Literal["user"] = "user"
+
+    @classmethod
+    def of(cls, text: str) -> UserMessage:
+        return cls(parts=(TextPart(text=text),))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssistantMessage:
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    thinking: tuple[ThinkingPart, ...] = ()
+    role: Literal["assistant"] = "assistant"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolMessage:
+    """The results of one step's tool calls, in the order the model asked for them."""
+
+    results: tuple[ToolResult, ...]
+    role: Literal["tool"] = "tool"
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens
+        )
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSchema:
+    """A tool as the model is shown it."""
+
+    name: str  # the alias
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    # "none": the tools are described (so earlier tool calls in the transcript stay valid) but may not be called.
+    tool_choice: Literal["auto", "none"] = "auto"
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponse:
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    thinking: tuple[ThinkingPart, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+
+    def as_message(self) -> AssistantMessage:
+        return AssistantMessage(text=self.text, tool_calls=self.tool_calls, thinking=self.thinking)

@@ -1,0 +1,182 @@
+"""Model providers: one module per wire format behind one `Provider` protocol, resolved from `provider:model`.
+
+    openai:MODEL     the official openai SDK, Chat Completions with tools (OPENAI_API_KEY, OPENAI_BASE_URL)
+    ollama:MODEL     the same adapter at Ollama's OpenAI-compatible /v1 (OLLAMA_HOST)
+    gemini:MODEL     the same adapter at Gemini's OpenAI-compatible endpoint (GEMINI_API_KEY)
+    anthropic:MODEL  the official anthropic SDK, Messages with tools (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL)
+    sampling         the host's own model through MCP sampling (given by the MCP front)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+import httpx2
+
+from meta_agent.errors import (
+    ModelNotConfigured,
+    ProviderAuthError,
+    ProviderBadRequest,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderUnavailable,
+)
+from meta_agent.messages import ModelRequest, ModelResponse
+
+DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai/"
+# Current models the installed SDKs list and do not mark deprecated.
+DEFAULT_MODELS = {"openai": "gpt-5.5", "anthropic": "claude-sonnet-5-5", "gemini": "gemini-2.5-flash"}
+# An Ollama that does not answer this fast is not running.
+OLLAMA_PROBE_TIMEOUT = 0.5
+
+WHAT_TO_SET = (
+    "set META_AGENT_MODEL (e.g. openai:gpt-5.5, anthropic:claude-sonnet-5-5, ollama:qwen3, gemini:gemini-2.5-flash)"
+    " with its API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY), or run Ollama at OLLAMA_HOST"
+)
+
+
+class Provider(Protocol):
+    """One model behind one wire format."""
+
+    @property
+    def name(self) -> str:
+        """`provider:model`, for events and errors."""
+        ...
+
+    @property
+    def accepts_images(self) -> bool:
+        """Whether image parts may be sent to the model."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the provider's HTTP client."""
+        ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One model call.
+
+        Raises:
+            ProviderError: a subclass naming what failed; transient failures were already retried by the SDK.
+        """
+        ...
+
+
+def parse_model(spec: str) -> tuple[str, str]:
+    """Split `provider:model`; `sampling` has no model part.
+
+    Raises:
+        ModelNotConfigured: an unknown provider or a missing model name.
+    """
+    provider, _, model = spec.strip().partition(":")
+    if provider == "sampling" and not model:
+        return provider, ""
+    if provider not in ("openai", "ollama", "gemini", "anthropic", "sampling"):
+        raise ModelNotConfigured(
+            f"META_AGENT_MODEL={spec!r}: unknown provider {provider!r} (use openai:, anthropic:, ollama:, gemini:"
+            " or sampling)"
+        )
+    if not model:
+        raise ModelNotConfigured(f"META_AGENT_MODEL={spec!r}: name the model after the colon, e.g. {provider}:NAME")
+    return provider, model
+
+
+def make_provider(spec: str, environ: Mapping[str, str], *, sampling: Provider | None = None) -> Provider:
+    """The provider `spec` names.
+
+    Raises:
+        ModelNotConfigured: an unknown provider, or `sampling` where the caller cannot sample.
+    """
+    provider, model = parse_model(spec)
+    if provider == "sampling":
+        if sampling is None:
+            raise ModelNotConfigured(
+                "META_AGENT_MODEL=sampling: this caller cannot sample (it needs MCP sampling with tools over a "
+                f"2025-11-25 session); {WHAT_TO_SET}"
+            )
+        return sampling
+    if provider == "anthropic":
+        from meta_agent.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(model)
+    from meta_agent.providers.openai import OpenAIProvider
+
+    if provider == "ollama":
+        host = environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
+        return OpenAIProvider(model, label="ollama", base_url=f"{_with_scheme(host)}/v1", api_key="ollama")
+    if provider == "gemini":
+        key = environ.get("GEMINI_API_KEY")
+        if not key:
+            raise ModelNotConfigured(f"META_AGENT_MODEL={spec}: set GEMINI_API_KEY")
+        return OpenAIProvider(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key)
+    return OpenAIProvider(model)
+
+
+async def resolve_provider(
+    spec: str | None, environ: Mapping[str, str], *, sampling: Provider | None = None
+) -> Provider:
+    """The provider for a run: `spec` (META_AGENT_MODEL) if set; else the host's model through sampling; else the
+    default model of the first provider whose API key is set; else Ollama if it answers at OLLAMA_HOST.
+
+    Raises:
+        ModelNotConfigured: nothing usable, with exactly what to set.
+    """
+    if spec:
+        return make_provider(spec, environ, sampling=sampling)
+    if sampling is not None:
+        return sampling
+    for provider, key in (("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY"), ("gemini", "GEMINI_API_KEY")):
+        if environ.get(key):
+            return make_provider(f"{provider}:{DEFAULT_MODELS[provider]}", environ)
+    model = await _ollama_model(environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
+    if model is not None:
+        return make_provider(f"ollama:{model}", environ)
+    raise ModelNotConfigured(f"no model is configured: {WHAT_TO_SET}")
+
+
+async def _ollama_model(host: str) -> str | None:
+    """The first model a running Ollama has, or None when none answers."""
+    try:
+        async with httpx2.AsyncClient(timeout=OLLAMA_PROBE_TIMEOUT) as http:
+            response = await http.get(f"{_with_scheme(host)}/api/tags")
+            response.raise_for_status()
+            models = response.json().get("models") or []
+    except (httpx2.HTTPError, ValueError, AttributeError):
+        return None
+    names = [m.get("name") for m in models if isinstance(m, dict) and m.get("name")]
+    return names[0] if names else None
+
+
+def _with_scheme(host: str) -> str:
+    host = host.rstrip("/")
+    return host if "://" in host else f"http://{host}"
+
+
+def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str, base_url: str) -> ProviderError:
+    """Map an exception of the openai or anthropic SDK (same generated exception tree) to one typed, one-line error.
+
+    The SDKs have already retried what is transient (connection errors, 408, 409, 429, 5xx) by the time this runs.
+    """
+    status = getattr(exc, "status_code", None)
+    detail = _first_line(getattr(exc, "message", None) or str(exc))
+    if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):  # type: ignore[attr-defined]
+        return ProviderAuthError(f"{name}: the API key was refused (HTTP {status}); check {key_variable}: {detail}")
+    if isinstance(exc, sdk.RateLimitError):  # type: ignore[attr-defined]
+        return ProviderRateLimited(f"{name}: rate limited (HTTP 429) after retries: {detail}")
+    if isinstance(exc, sdk.APITimeoutError):  # type: ignore[attr-defined]
+        return ProviderUnavailable(f"{name}: no answer from {base_url} in time (after retries)")
+    if isinstance(exc, sdk.APIConnectionError):  # type: ignore[attr-defined]
+        return ProviderUnavailable(f"{name}: cannot connect to {base_url} (after retries): {detail}")
+    if isinstance(exc, sdk.APIStatusError) and status is not None and status >= 500:  # type: ignore[attr-defined]
+        return ProviderUnavailable(f"{name}: the provider failed (HTTP {status}) after retries: {detail}")
+    if isinstance(exc, sdk.APIStatusError):  # type: ignore[attr-defined]
+        return ProviderBadRequest(f"{name}: the request was refused (HTTP {status}): {detail}")
+    if isinstance(exc, sdk.APIResponseValidationError):  # type: ignore[attr-defined]
+        return ProviderError(f"{name}: the provider's answer was malformed: {detail}")
+    return ProviderError(f"{name}: {type(exc).__name__}: {detail}")
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else ""

@@ -1,0 +1,342 @@
+"""The loop, driven by the scripted provider against real child servers (our fault server and mcp-server-time)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anyio
+import pytest
+from conftest import fault_entry, time_entry
+
+from meta_agent import events as ev
+from meta_agent.children import ChildPool
+from meta_agent.errors import ProviderUnavailable, ScriptError
+from meta_agent.limits import Limits
+from meta_agent.loop import RunRequest, run
+from meta_agent.messages import ImagePart, ModelRequest, ModelResponse, TextPart, ToolCall, ToolMessage, Usage
+from meta_agent.providers.scripted import ScriptedProvider
+from meta_agent.toolbox import InternalTool, ToolCaller, ToolHints, ToolOutcome, Toolbox, ToolSpec
+
+pytestmark = pytest.mark.anyio
+_ids = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _fake_image(arguments: Mapping[str, Any]) -> ToolOutcome:
+    return ToolOutcome(parts=(TextPart(text=f"made {arguments['prompt']}"), ImagePart(data="AAAA", mime_type="image/png")))
+
+
+PAINT = InternalTool(
+    name="paint",
+    description="Make a picture.",
+    input_schema={"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]},
+    hints=ToolHints(read_only_hint=True),
+    run=_fake_image,
+)
+
+
+@pytest.fixture(scope="module")
+async def pool() -> AsyncIterator[ChildPool]:
+    servers = {
+        "f": fault_entry(trust={"mutate": "always", "delete_file": "never"}),
+        "crashy": fault_entry(trust={"crash": "always"}),
+        "slowpoke": fault_entry(timeout=0.5),
+        "time": time_entry(),
+    }
+    async with ChildPool(servers) as children:
+        await children.wait_settled()
+        assert all(child.status.state == "ready" for child in children), [c.status for c in children]
+        yield children
+
+
+def call(alias: str, **arguments: Any) -> ToolCall:
+    return ToolCall(id=f"call_{next(_ids)}", name=alias, arguments=arguments)
+
+
+def reply(text: str = "", *calls: ToolCall, tokens: tuple[int, int] = (10, 5)) -> ModelResponse:
+    return ModelResponse(text=text, tool_calls=calls, usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1]))
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[ev.Event] = []
+
+    async def __call__(self, event: ev.Event) -> None:
+        self.events.append(event)
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.events if e.kind != "heartbeat"]
+
+    def of(self, cls: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, cls)]
+
+
+async def go(
+    pool: ChildPool,
+    script: list[Any],
+    *,
+    mode: str = "agent",
+    patterns: list[str] | None = None,
+    limits: Limits | None = None,
+    provider: ScriptedProvider | None = None,
+    **options: Any,
+) -> tuple[ev.RunResult, ScriptedProvider, Recorder]:
+    box = Toolbox.build([PAINT], pool)
+    provider = provider or ScriptedProvider(script)
+    recorder = Recorder()
+    request = RunRequest(
+        task="do the task",
+        mode=mode,  # type: ignore[arg-type]
+        tools=tuple(box.select(patterns, mode=mode)),  # type: ignore[arg-type]
+        limits=limits or Limits(),
+        **{k: v for k, v in options.items() if k in ("max_result_chars",)},
+    )
+    result = await run(
+        request,
+        provider=provider,
+        tools=ToolCaller(pool.children, [PAINT]),
+        emit=recorder,
+        **{k: v for k, v in options.items() if k in ("approve", "heartbeat_interval")},
+    )
+    provider.assert_done()
+    return result, provider, recorder
+
+
+def tool_results(request: ModelRequest, at: int = -1) -> list[tuple[str, bool]]:
+    message = request.messages[at]
+    assert isinstance(message, ToolMessage)
+    return [(r.text, r.is_error) for r in message.results]
+
+
+async def test_a_plain_answer(pool: ChildPool) -> None:
+    result, provider, rec = await go(pool, [reply("42")])
+    assert (result.answer, result.stop_reason) == ("42", "final")
+    assert result.usage == ev.RunUsage(model_calls=1, tool_calls=0, input_tokens=10, output_tokens=5)
+    assert rec.kinds() == ["run_started", "model_turn_started", "model_responded", "run_finished"]
+    assert rec.of(ev.RunFinished)[0].result == result
+    assert len(result.run_id) == 26  # a ULID
+    sent = provider.requests[0]
+    assert sent.tool_choice == "auto"
+    assert {t.name for t in sent.tools} >= {"paint", "f__echo", "time__get_current_time"}
+
+
+async def test_a_tool_step_then_the_answer(pool: ChildPool) -> None:
+    result, provider, rec = await go(
+        pool, [reply("", call("time__get_current_time", timezone="Asia/Tokyo")), reply("It is late in Tokyo.")]
+    )
+    assert result.stop_reason == "final"
+    [(text, is_error)] = tool_results(provider.requests[1])
+    assert "Asia/Tokyo" in text and not is_error
+    assert [s.index for s in result.steps] == [1, 2]
+    [record] = result.steps[0].tool_calls
+    assert (record.name, dict(record.arguments), record.ok) == ("time.get_current_time", {"timezone": "Asia/Tokyo"}, True)
+    assert rec.kinds() == [
+        "run_started",
+        "model_turn_started",
+        "model_responded",
+        "tool_call_started",
+        "tool_call_finished",
+        "model_turn_started",
+        "model_responded",
+        "run_finished",
+    ]
+    assert rec.of(ev.ModelResponded)[0].tool_calls == ("time.get_current_time",)
+    assert result.usage.model_calls == 2 and result.usage.tool_calls == 1
+
+
+async def test_calls_of_one_step_run_concurrently_and_results_keep_call_order(pool: ChildPool) -> None:
+    slow, fast = call("f__slow", seconds=0.4, steps=1), call("f__echo", text="quick")
+    result, provider, rec = await go(pool, [reply("", slow, fast), reply("done")])
+    # Both started before either finished, and the fast one finished first...
+    kinds = [(e.kind, e.call_id) for e in rec.events if e.kind in ("tool_call_started", "tool_call_finished")]
+    assert kinds[:2] == [("tool_call_started", slow.id), ("tool_call_started", fast.id)]
+    assert kinds[2:] == [("tool_call_finished", fast.id), ("tool_call_finished", slow.id)]
+    # ...but the model gets the results in the order it asked.
+    assert [t for t, _ in tool_results(provider.requests[1])] == ["slept 0.4", "quick"]
+
+
+async def test_mutating_calls_to_one_server_go_one_at_a_time(pool: ChildPool) -> None:
+    calls = [call("f__mutate", seconds=0.1) for _ in range(3)]
+    reads = [call("f__slow", seconds=0.1, steps=1) for _ in range(2)]
+    result, provider, _ = await go(pool, [reply("", *calls, *reads), reply("", call("f__peak")), reply("ok")])
+    assert all(not is_error for _, is_error in tool_results(provider.requests[1]))
+    assert tool_results(provider.requests[2]) == [("1", False)]  # never two mutate calls at once
+
+
+async def test_bad_arguments_an_unknown_tool_and_bad_json_are_errors_the_model_sees(pool: ChildPool) -> None:
+    bad_json = ToolCall(id="c9", name="f__echo", arguments={}, invalid_arguments="not JSON (Expecting value)")
+    result, provider, rec = await go(
+        pool, [reply("", call("f__echo", text=5), call("nope__tool"), call("f__echo"), bad_json), reply("recovered")]
+    )
+    assert result.answer == "recovered"
+    errors = tool_results(provider.requests[1])
+    assert all(is_error for _, is_error in errors)
+    assert errors[0][0] == "invalid arguments for f__echo: text: 5 is not of type 'string'"
+    assert errors[1][0].startswith("unknown tool 'nope__tool'; the tools are: ")
+    assert errors[2][0] == "invalid arguments for f__echo: 'text' is a required property"
+    assert errors[3][0] == "the arguments for f__echo were not JSON (Expecting value); send a JSON object"
+    assert [r.ok for r in result.steps[0].tool_calls] == [False] * 4
+    assert result.steps[0].tool_calls[1].name == "nope__tool"
+
+
+async def test_a_child_crash_mid_run_is_a_tool_error_and_the_run_goes_on(pool: ChildPool) -> None:
+    result, provider, _ = await go(pool, [reply("", call("crashy__crash")), reply("it crashed")])
+    [(text, is_error)] = tool_results(provider.requests[1])
+    assert is_error and "crashy: the server's connection closed during crash" in text
+    assert result.stop_reason == "final"
+
+
+async def test_a_tool_timeout_is_a_tool_error(pool: ChildPool) -> None:
+    result, provider, _ = await go(pool, [reply("", call("slowpoke__hang")), reply("gave up")])
+    assert tool_results(provider.requests[1]) == [("slowpoke: hang took longer than 0.5 s and was cancelled", True)]
+
+
+async def test_the_step_limit_ends_with_a_last_turn_without_tools(pool: ChildPool) -> None:
+    script = [reply("", call("f__echo", text=str(i))) for i in range(2)] + [reply("best I can do")]
+    result, provider, rec = await go(pool, script, limits=Limits(max_steps=2))
+    assert (result.stop_reason, result.answer) == ("max_steps", "best I can do")
+    last = provider.requests[-1]
+    assert last.tool_choice == "none" and last.tools  # tools described, not callable
+    assert "the step limit (2 steps) was reached" in last.messages[-1].parts[0].text  # type: ignore[union-attr]
+    assert rec.of(ev.LimitReached)[0].limit == "max_steps"
+    assert rec.of(ev.ModelTurnStarted)[-1].final
+    assert result.usage.model_calls == 3
+
+
+async def test_the_token_budget(pool: ChildPool) -> None:
+    script = [reply("", call("f__echo", text="a"), tokens=(80, 20)), reply("", call("f__echo", text="b"), tokens=(80, 20)), reply("enough")]
+    result, _, _ = await go(pool, script, limits=Limits(token_budget=150))
+    assert (result.stop_reason, result.answer) == ("token_budget", "enough")
+    assert result.usage.input_tokens == 80 + 80 + 10
+
+
+async def test_the_time_limit_cuts_a_slow_model_call_and_still_answers(pool: ChildPool) -> None:
+    async def never_answers(request: ModelRequest) -> ModelResponse:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    result, provider, _ = await go(pool, [never_answers, reply("out of time, here is what I know")], limits=Limits(time_limit=0.3))
+    assert (result.stop_reason, result.answer) == ("deadline", "out of time, here is what I know")
+
+
+async def test_the_time_limit_cuts_slow_tool_calls(pool: ChildPool) -> None:
+    result, provider, _ = await go(
+        pool, [reply("", call("f__hang"), call("f__echo", text="fast")), reply("partial")], limits=Limits(time_limit=0.5)
+    )
+    assert result.stop_reason == "deadline"
+    # The cut calls get results too (every call needs one), then the last turn is asked for an answer.
+    assert tool_results(provider.requests[1], at=-2) == [("cancelled: the run's time limit passed", True), ("fast", False)]
+
+
+async def test_too_many_calls_in_one_step_are_refused(pool: ChildPool) -> None:
+    calls = [call("f__echo", text=str(i)) for i in range(3)]
+    _, provider, _ = await go(pool, [reply("", *calls), reply("ok")], limits=Limits(max_tool_calls_per_step=2))
+    results = tool_results(provider.requests[1])
+    assert results[:2] == [("0", False), ("1", False)]
+    assert results[2] == ("not run: at most 2 tool calls per step; call it again in the next step", True)
+
+
+async def test_cancellation_stops_the_run_and_its_tool_calls(pool: ChildPool) -> None:
+    recorder = Recorder()
+    box = Toolbox.build([], pool)
+    provider = ScriptedProvider([reply("", call("f__hang"))])
+    with anyio.CancelScope() as scope:
+
+        async def emit(event: ev.Event) -> None:
+            await recorder(event)
+            if isinstance(event, ev.ToolCallStarted):
+                scope.cancel()
+
+        request = RunRequest(task="t", mode="agent", tools=tuple(box.select()))
+        await run(request, provider=provider, tools=ToolCaller(pool.children, []), emit=emit)
+    assert scope.cancelled_caught
+    finished = recorder.of(ev.RunFinished)
+    assert [f.result.stop_reason for f in finished] == ["cancelled"]
+    assert "tool_call_finished" not in recorder.kinds()
+    # The child is fine and answers the next call at once.
+    assert (await pool["f"].call("echo", {"text": "still here"})).content[0].text == "still here"  # type: ignore[union-attr]
+
+
+async def test_heartbeats_and_child_progress_while_a_tool_is_slow(pool: ChildPool) -> None:
+    _, _, rec = await go(pool, [reply("", call("f__slow", seconds=0.5, steps=3)), reply("ok")], heartbeat_interval=0.1)
+    beats = rec.of(ev.Heartbeat)
+    assert beats and all(b.waiting_for == "f.slow" for b in beats)
+    progress = rec.of(ev.ChildProgress)
+    assert [(p.name, p.progress, p.message) for p in progress] == [
+        ("f.slow", 1, "step 1 of 3"),
+        ("f.slow", 2, "step 2 of 3"),
+        ("f.slow", 3, "step 3 of 3"),
+    ]
+
+
+async def test_ask_mode_sees_internal_tools_only_and_runs_one_without_a_second_turn(pool: ChildPool) -> None:
+    result, provider, _ = await go(pool, [reply("Here:", call("paint", prompt="a cat"), call("paint", prompt="a dog"))], mode="ask")
+    assert [t.name for t in provider.requests[0].tools] == ["paint"]
+    assert result.answer == "Here:\n\nmade a cat"
+    assert result.images == (ImagePart(data="AAAA", mime_type="image/png"),)
+    assert len(provider.requests) == 1 and result.usage.tool_calls == 1
+
+
+async def test_plan_mode_offers_read_only_tools_only(pool: ChildPool) -> None:
+    result, provider, _ = await go(pool, [reply("1. look\n2. act")], mode="plan")
+    names = {t.name for t in provider.requests[0].tools}
+    assert "f__echo" in names and "time__get_current_time" in names
+    assert not names & {"f__mutate", "f__delete_file", "f__crash"}
+    assert "numbered plan" in provider.requests[0].system
+    assert result.answer == "1. look\n2. act"
+
+
+@pytest.mark.parametrize(
+    ("alias", "approve", "expected"),
+    [
+        ("f__delete_file", None, "f.delete_file is blocked (trust level never, from trust 'delete_file')"),
+        ("slowpoke__delete_file", None, "slowpoke.delete_file needs the user's approval and this caller cannot be asked"),
+        ("slowpoke__delete_file", False, "the user did not allow slowpoke.delete_file this time"),
+        ("slowpoke__delete_file", True, "deleted /tmp/x"),
+    ],
+)
+async def test_trust_levels_gate_calls(pool: ChildPool, alias: str, approve: bool | None, expected: str) -> None:
+    asked: list[str] = []
+
+    async def approver(spec: ToolSpec, arguments: Mapping[str, Any]) -> bool:
+        asked.append(spec.name)
+        return bool(approve)
+
+    options = {} if approve is None else {"approve": approver}
+    _, provider, _ = await go(pool, [reply("", call(alias, path="/tmp/x")), reply("ok")], **options)
+    [(text, _)] = tool_results(provider.requests[1])
+    assert text.startswith(expected)
+    assert asked == ([] if approve is None else ["slowpoke.delete_file"])
+
+
+async def test_images_become_placeholders_for_a_model_without_image_input(pool: ChildPool) -> None:
+    provider = ScriptedProvider([reply("", call("f__image")), reply("saw it")], accepts_images=False)
+    _, provider, _ = await go(pool, [], provider=provider)
+    [(text, _)] = tool_results(provider.requests[1])
+    assert text.startswith("[image: image/png, ")
+    with_images = ScriptedProvider([reply("", call("f__image")), reply("saw it")])
+    _, with_images, _ = await go(pool, [], provider=with_images)
+    message = with_images.requests[1].messages[-1]
+    assert isinstance(message, ToolMessage) and isinstance(message.results[0].parts[0], ImagePart)
+
+
+async def test_a_huge_result_is_cut_with_a_marker(pool: ChildPool) -> None:
+    _, provider, _ = await go(pool, [reply("", call("f__huge", size=100_000)), reply("ok")], max_result_chars=1000)
+    [(text, _)] = tool_results(provider.requests[1])
+    assert text == "x" * 1000 + "\n[... cut 99,000 of 100,000 characters]"
+
+
+async def test_a_provider_failure_ends_the_run(pool: ChildPool) -> None:
+    with pytest.raises(ProviderUnavailable):
+        await go(pool, [ProviderUnavailable("openai:x: cannot connect")])
+
+
+async def test_an_unexpected_model_call_fails_the_script(pool: ChildPool) -> None:
+    with pytest.raises(ScriptError, match="unexpected model call #2"):
+        await go(pool, [reply("", call("f__echo", text="x"))])
