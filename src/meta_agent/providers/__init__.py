@@ -99,7 +99,9 @@ def make_provider(spec: str, environ: Mapping[str, str], *, sampling: Provider |
     if provider == "anthropic":
         from meta_agent.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(model)
+        return AnthropicProvider(
+            model, api_key=environ.get("ANTHROPIC_API_KEY"), base_url=environ.get("ANTHROPIC_BASE_URL") or None
+        )
     from meta_agent.providers.openai import OpenAIProvider
 
     if provider == "ollama":
@@ -110,7 +112,9 @@ def make_provider(spec: str, environ: Mapping[str, str], *, sampling: Provider |
         if not key:
             raise ModelNotConfigured(f"META_AGENT_MODEL={spec}: set GEMINI_API_KEY")
         return OpenAIProvider(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key)
-    return OpenAIProvider(model)
+    return OpenAIProvider(
+        model, base_url=environ.get("OPENAI_BASE_URL") or None, api_key=environ.get("OPENAI_API_KEY") or None
+    )
 
 
 async def resolve_provider(
@@ -159,7 +163,7 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
     The SDKs have already retried what is transient (connection errors, 408, 409, 429, 5xx) by the time this runs.
     """
     status = getattr(exc, "status_code", None)
-    detail = _first_line(getattr(exc, "message", None) or str(exc))
+    detail = _first_line(_body_message(getattr(exc, "body", None)) or getattr(exc, "message", None) or str(exc))
     if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):  # type: ignore[attr-defined]
         return ProviderAuthError(f"{name}: the API key was refused (HTTP {status}); check {key_variable}: {detail}")
     if isinstance(exc, sdk.RateLimitError):  # type: ignore[attr-defined]
@@ -175,6 +179,16 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
     if isinstance(exc, sdk.APIResponseValidationError):  # type: ignore[attr-defined]
         return ProviderError(f"{name}: the provider's answer was malformed: {detail}")
     return ProviderError(f"{name}: {type(exc).__name__}: {detail}")
+
+
+def _body_message(body: object) -> str | None:
+    """The vendor's own error text: `{"error": {"message": ...}}` (both vendors) or `{"message": ...}`."""
+    if isinstance(body, dict):
+        inner = body.get("error")
+        message = inner.get("message") if isinstance(inner, dict) else body.get("message")
+        if isinstance(message, str) and message:
+            return message
+    return None
 
 
 def _first_line(text: str) -> str:

@@ -3,7 +3,6 @@ are sent back, signed, on the next turn (the API requires it during tool use).""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anthropic
@@ -30,13 +29,12 @@ DEFAULT_MAX_TOKENS = 8192
 
 
 class AnthropicProvider:
-    def __init__(self, model: str) -> None:
-        api_key = os.environ.get("ANTHROPIC_API_KEY")
+    def __init__(self, model: str, *, api_key: str | None, base_url: str | None = None) -> None:
         if not api_key:
             raise ModelNotConfigured(f"anthropic:{model}: set ANTHROPIC_API_KEY")
         self._name = f"anthropic:{model}"
         self._model = model
-        self._client = anthropic.AsyncAnthropic(api_key=api_key)
+        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url)
 
     @property
     def name(self) -> str:

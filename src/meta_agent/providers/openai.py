@@ -4,7 +4,6 @@ OpenAI-compatible server (`OPENAI_BASE_URL`)."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import openai
@@ -33,8 +32,6 @@ class OpenAIProvider:
     def __init__(
         self, model: str, *, label: str = "openai", base_url: str | None = None, api_key: str | None = None
     ) -> None:
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        api_key = api_key or os.environ.get("OPENAI_API_KEY")
         if not api_key:
             if base_url is None:
                 raise ModelNotConfigured(f"{label}:{model}: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)")

@@ -1,0 +1,305 @@
+"""Provider adapters: the real openai and anthropic SDKs over real HTTP to a fake endpoint on 127.0.0.1."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import free_port, time_entry
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply  # noqa: E402
+
+from meta_agent.children import ChildPool  # noqa: E402
+from meta_agent.errors import (  # noqa: E402
+    ModelNotConfigured,
+    ProviderAuthError,
+    ProviderBadRequest,
+    ProviderRateLimited,
+    ProviderUnavailable,
+)
+from meta_agent.loop import RunRequest, run  # noqa: E402
+from meta_agent.messages import (  # noqa: E402
+    AssistantMessage,
+    ImagePart,
+    ModelRequest,
+    TextPart,
+    ThinkingPart,
+    ToolCall,
+    ToolMessage,
+    ToolResult,
+    ToolSchema,
+    UserMessage,
+)
+from meta_agent.providers import make_provider, resolve_provider  # noqa: E402
+from meta_agent.toolbox import ToolCaller, Toolbox  # noqa: E402
+
+pytestmark = pytest.mark.anyio
+FAST_RETRY = {"retry_after_ms": "1"}  # both SDKs honour retry-after-ms, so retries in tests take no time
+ECHO = ToolSchema(name="f__echo", description="Echo.", parameters={"type": "object", "properties": {"text": {"type": "string"}}})
+TRANSCRIPT = (
+    UserMessage.of("look at this"),
+    AssistantMessage(
+        text="checking",
+        tool_calls=(ToolCall(id="c1", name="f__echo", arguments={"text": "x"}),),
+        thinking=(ThinkingPart(text="hmm", signature="sig-1"),),
+    ),
+    ToolMessage(
+        results=(
+            ToolResult(
+                call_id="c1", name="f__echo", parts=(TextPart(text="x"), ImagePart(data="AAAA", mime_type="image/png"))
+            ),
+        )
+    ),
+    UserMessage.of("and now?"),
+)
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as fake:
+        yield fake
+
+
+def openai_env(llm: FakeLLM) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-test"}
+
+
+def anthropic_env(llm: FakeLLM) -> dict[str, str]:
+    return {"ANTHROPIC_BASE_URL": llm.url, "ANTHROPIC_API_KEY": "sk-ant-test"}
+
+
+async def test_openai_tool_calls_usage_and_request_shape(llm: FakeLLM) -> None:
+    llm.reply(openai_reply("calling", ("c1", "f__echo", {"text": "hi"}), ("c2", "f__echo", "{broken"), usage=(30, 4)))
+    provider = make_provider("openai:gpt-5.5", openai_env(llm))
+    try:
+        response = await provider.complete(ModelRequest(system="be brief", messages=TRANSCRIPT, tools=(ECHO,)))
+    finally:
+        await provider.aclose()
+    assert response.text == "calling"
+    assert response.tool_calls[0] == ToolCall(id="c1", name="f__echo", arguments={"text": "hi"})
+    assert response.tool_calls[1].invalid_arguments and response.tool_calls[1].invalid_arguments.startswith("not JSON")
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (30, 4)
+    [seen] = llm.requests
+    assert seen.path == "/v1/chat/completions"
+    assert seen.headers["authorization"] == "Bearer sk-test"
+    body = seen.body
+    assert body["model"] == "gpt-5.5"
+    assert body["tool_choice"] == "auto"
+    assert body["tools"] == [{"type": "function", "function": {"name": "f__echo", "description": "Echo.", "parameters": ECHO.parameters}}]
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "user", "user"]
+    assert body["messages"][2]["tool_calls"][0]["function"] == {"name": "f__echo", "arguments": '{"text": "x"}'}
+    assert body["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "x\n[1 image(s) from this tool follow in the next message]",
+    }
+    assert body["messages"][4]["content"] == [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+
+
+async def test_openai_plain_answer_with_reasoning(llm: FakeLLM) -> None:
+    llm.reply(openai_reply("42", reasoning="six times seven"))
+    provider = make_provider("openai:gpt-5.5", openai_env(llm))
+    try:
+        response = await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),), tool_choice="none"))
+    finally:
+        await provider.aclose()
+    assert (response.text, response.tool_calls) == ("42", ())
+    assert response.thinking == (ThinkingPart(text="six times seven"),)
+    assert "tools" not in llm.requests[0].body  # no tools: no tool fields at all
+
+
+@pytest.mark.parametrize(
+    ("replies", "error", "message", "attempts"),
+    [
+        ([(401, "Incorrect API key")], ProviderAuthError, "openai:gpt-5.5: the API key was refused (HTTP 401); check OPENAI_API_KEY", 1),
+        ([(429, "slow down")] * 3, ProviderRateLimited, "openai:gpt-5.5: rate limited (HTTP 429) after retries", 3),
+        ([(500, "boom")] * 3, ProviderUnavailable, "openai:gpt-5.5: the provider failed (HTTP 500) after retries", 3),
+        ([(400, "context too long")], ProviderBadRequest, "openai:gpt-5.5: the request was refused (HTTP 400): context too long", 1),
+    ],
+)
+async def test_openai_errors_are_typed_one_liners(llm: FakeLLM, replies: list, error: type, message: str, attempts: int) -> None:
+    for status, text in replies:
+        llm.reply(error_body(text), status, **FAST_RETRY)
+    provider = make_provider("openai:gpt-5.5", openai_env(llm))
+    try:
+        with pytest.raises(error) as caught:
+            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
+    finally:
+        await provider.aclose()
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+    assert len(llm.requests) == attempts  # the SDK retried what is transient, and only that
+
+
+async def test_a_transient_failure_is_retried_by_the_sdk(llm: FakeLLM) -> None:
+    llm.reply(error_body("overloaded"), 503, **FAST_RETRY)
+    llm.reply(openai_reply("fine"))
+    provider = make_provider("openai:gpt-5.5", openai_env(llm))
+    try:
+        response = await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
+    finally:
+        await provider.aclose()
+    assert response.text == "fine"
+    assert len(llm.requests) == 2
+
+
+async def test_an_unreachable_endpoint() -> None:
+    env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{free_port()}/v1", "OPENAI_API_KEY": "k"}
+    provider = make_provider("openai:m", env)
+    try:
+        with pytest.raises(ProviderUnavailable, match=r"openai:m: cannot connect to http://127\.0\.0\.1:\d+/v1"):
+            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
+    finally:
+        await provider.aclose()
+
+
+async def test_anthropic_tool_use_thinking_and_request_shape(llm: FakeLLM) -> None:
+    llm.reply(
+        anthropic_reply(
+            {"type": "thinking", "thinking": "let me see", "signature": "sig-2"},
+            {"type": "text", "text": "on it"},
+            {"type": "tool_use", "id": "tu1", "name": "f__echo", "input": {"text": "yo"}},
+            usage=(50, 11),
+        )
+    )
+    provider = make_provider("anthropic:claude-sonnet-5-5", anthropic_env(llm))
+    try:
+        response = await provider.complete(ModelRequest(system="be brief", messages=TRANSCRIPT, tools=(ECHO,)))
+    finally:
+        await provider.aclose()
+    assert response.text == "on it"
+    assert response.tool_calls == (ToolCall(id="tu1", name="f__echo", arguments={"text": "yo"}),)
+    assert response.thinking == (ThinkingPart(text="let me see", signature="sig-2"),)
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (50, 11)
+    [seen] = llm.requests
+    assert seen.path == "/v1/messages"
+    assert any("sk-ant-test" in value for value in seen.headers.values())  # the SDK picks the auth header
+    body = seen.body
+    assert (body["model"], body["system"], body["max_tokens"]) == ("claude-sonnet-5-5", "be brief", 8192)
+    assert body["tools"] == [{"name": "f__echo", "description": "Echo.", "input_schema": ECHO.parameters}]
+    assert body["tool_choice"] == {"type": "auto"}
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]  # tool results + "and now?" merged
+    assert body["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "hmm", "signature": "sig-1"},
+        {"type": "text", "text": "checking"},
+        {"type": "tool_use", "id": "c1", "name": "f__echo", "input": {"text": "x"}},
+    ]
+    assert body["messages"][2]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "c1",
+            "content": [
+                {"type": "text", "text": "x"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+            ],
+            "is_error": False,
+        },
+        {"type": "text", "text": "and now?"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "message"),
+    [
+        (401, ProviderAuthError, "check ANTHROPIC_API_KEY"),
+        (529, ProviderUnavailable, "the provider failed (HTTP 529) after retries"),
+        (400, ProviderBadRequest, "the request was refused (HTTP 400)"),
+    ],
+)
+async def test_anthropic_errors(llm: FakeLLM, status: int, error: type, message: str) -> None:
+    for _ in range(3):
+        llm.reply(error_body("nope", "overloaded_error" if status == 529 else "error"), status, **FAST_RETRY)
+    provider = make_provider("anthropic:claude-sonnet-5-5", anthropic_env(llm))
+    try:
+        with pytest.raises(error, match=re.escape(message)):
+            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
+    finally:
+        await provider.aclose()
+
+
+async def test_ollama_preset_and_discovery(llm: FakeLLM) -> None:
+    env = {"OLLAMA_HOST": llm.url.removeprefix("http://")}  # Ollama's own form: host:port
+    provider = await resolve_provider(None, env)
+    assert provider.name == "ollama:qwen3:latest"
+    llm.reply(openai_reply("from ollama"))
+    try:
+        assert (await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))).text == "from ollama"
+    finally:
+        await provider.aclose()
+    assert llm.requests[0].path == "/v1/chat/completions"
+    assert llm.requests[0].body["model"] == "qwen3:latest"
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"OPENAI_API_KEY": "k"}, "openai:gpt-5.5"),
+        ({"ANTHROPIC_API_KEY": "k"}, "anthropic:claude-sonnet-5-5"),
+        ({"GEMINI_API_KEY": "k"}, "gemini:gemini-2.5-flash"),
+        ({"OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k"}, "openai:gpt-5.5"),
+    ],
+)
+async def test_default_model_from_the_key_that_is_set(env: dict[str, str], name: str) -> None:
+    provider = await resolve_provider(None, env)
+    try:
+        assert provider.name == name
+    finally:
+        await provider.aclose()
+
+
+async def test_no_model_anywhere_says_what_to_set() -> None:
+    with pytest.raises(ModelNotConfigured) as caught:
+        await resolve_provider(None, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
+    text = str(caught.value)
+    assert text.startswith("no model is configured: set META_AGENT_MODEL")
+    assert all(word in text for word in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "env", "message"),
+    [
+        ("mistral:large", {}, "unknown provider 'mistral'"),
+        ("openai:", {}, "name the model after the colon"),
+        ("openai:gpt-5.5", {}, "openai:gpt-5.5: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)"),
+        ("anthropic:claude-sonnet-5-5", {}, "anthropic:claude-sonnet-5-5: set ANTHROPIC_API_KEY"),
+        ("gemini:gemini-2.5-flash", {}, "set GEMINI_API_KEY"),
+        ("sampling", {}, "META_AGENT_MODEL=sampling: this caller cannot sample"),
+    ],
+)
+async def test_a_model_that_cannot_be_used_says_why(spec: str, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ModelNotConfigured) as caught:
+        await resolve_provider(spec, env)
+    assert message in str(caught.value)
+
+
+async def test_a_local_openai_compatible_server_needs_no_key(llm: FakeLLM) -> None:
+    provider = make_provider("openai:local-model", {"OPENAI_BASE_URL": f"{llm.url}/v1"})
+    llm.reply(openai_reply("local"))
+    try:
+        assert (await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))).text == "local"
+    finally:
+        await provider.aclose()
+
+
+async def test_the_loop_over_http_with_a_real_child(llm: FakeLLM) -> None:
+    llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Europe/Paris"})))
+    llm.reply(openai_reply("It is morning in Paris."))
+    provider = make_provider("openai:gpt-5.5", openai_env(llm))
+    async with ChildPool({"time": time_entry()}) as pool:
+        await pool.wait_settled()
+        box = Toolbox.build([], pool)
+        request = RunRequest(task="What time is it in Paris?", mode="agent", tools=tuple(box.select()))
+        try:
+            result = await run(request, provider=provider, tools=ToolCaller(pool.children, []))
+        finally:
+            await provider.aclose()
+    assert (result.answer, result.stop_reason) == ("It is morning in Paris.", "final")
+    tool_message = llm.requests[1].body["messages"][-1]
+    assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "c1"
+    assert "Europe/Paris" in tool_message["content"]
+    assert result.usage.input_tokens == 24
