@@ -148,7 +148,10 @@ def test_child_stderr_never_reaches_stdout(tmp_path: Path) -> None:
         (["tools", "--config", "{bad}"], "servers.json:1:2: invalid JSON"),
         (["check", "--config", "{unknown}"], "mcpServers.a.comand: unknown key 'comand' (did you mean 'command'?)"),
         (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
-        (["check", "--start-timeout", "soon"], "argument --start-timeout: invalid float value: 'soon'"),
+        (["check", "--start-timeout", "soon"], "argument --start-timeout: must be a positive number of seconds, got 'soon'"),
+        (["tools", "--start-timeout", "nan"], "argument --start-timeout: must be a positive number of seconds, got 'nan'"),
+        (["run", "x", "--max-steps", "0"], "argument --max-steps: must be a whole number of at least 1, got '0'"),
+        (["run", "x", "--mode", "chat"], "argument --mode: invalid choice: 'chat'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

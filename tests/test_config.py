@@ -33,7 +33,7 @@ BAD = [
     ("both", servers(a={"command": "x", "url": "http://h/mcp"}), "mcpServers.a: has both `command` (stdio) and `url`"),
     ("neither", servers(a={"env": {}}), "mcpServers.a: needs `command` (a stdio server) or `url`"),
     ("empty-command", servers(a={"command": " "}), "mcpServers.a.command: must not be empty"),
-    ("bad-name-dot", servers(**{"a.b": {"command": "x"}}), "mcpServers.a.b: bad server name 'a.b'"),
+    ("bad-name-dot", servers(**{"a.b": {"command": "x"}}), "mcpServers[\"a.b\"]: bad server name 'a.b'"),
     ("bad-name-space", servers(**{"my server": {"command": "x"}}), "bad server name 'my server'"),
     ("unset-var", servers(a={"command": "${NOPE}"}), "mcpServers.a.command: environment variable NOPE is not set"),
     ("unset-var-in-env", servers(a={"command": "x", "env": {"K": "${NOPE}"}}), "mcpServers.a.env.K: environment"),
@@ -47,7 +47,7 @@ BAD = [
     ("timeout-zero", servers(a={"command": "x", "timeout": 0}), "mcpServers.a.timeout: input should be greater than 0"),
     ("timeout-bool", servers(a={"command": "x", "timeout": True}), "mcpServers.a.timeout: expected a number, got true"),
     ("disabled-string", servers(a={"command": "x", "disabled": "yes"}), "mcpServers.a.disabled: expected true or false"),
-    ("trust-level", servers(a={"command": "x", "trust": {"*": "maybe"}}), "mcpServers.a.trust.*: input should be 'never'"),
+    ("trust-level", servers(a={"command": "x", "trust": {"*": "maybe"}}), "mcpServers.a.trust[\"*\"]: input should be 'never'"),
     ("trust-pattern", servers(a={"command": "x", "trust": {"a b": "ask"}}), "bad pattern 'a b'"),
     ("tools-list", servers(a={"command": "x", "tools": ["a"]}), "mcpServers.a.tools: expected an object"),
     ("tools-key", servers(a={"command": "x", "tools": {"alow": []}}), "tools.alow: unknown key 'alow' (did you mean 'allow'?)"),
@@ -58,6 +58,14 @@ BAD = [
     ("command-with-headers", servers(a={"command": "x", "headers": {"A": "b"}}), "`headers` are for HTTP servers"),
     ("type-sse", servers(a={"url": "http://h/sse", "type": "sse"}), "mcpServers.a.type: input should be 'stdio'"),
     ("type-mismatch", servers(a={"command": "x", "type": "http"}), 'has `command` but `"type": "http"`'),
+    ("trust-dotted", servers(a={"command": "x", "trust": {"a.run": "ask"}}), "has a dot: write the server's own tool name ('run')"),
+    ("newline-in-name", servers(**{"a\nb": {"command": "x"}}), "mcpServers[\"a\\nb\"]: bad server name 'a\\nb'"),
+    ("newline-in-key", servers(a={"com\nmand": "x"}), "mcpServers.a[\"com\\nmand\"]: unknown key 'com\\nmand'"),
+    ("newline-in-env-key", servers(a={"command": "x", "env": {"A\nB": 1}}), "mcpServers.a.env[\"A\\nB\"]: expected a string"),
+    ("empty-after-expansion", servers(a={"command": "${UNSET:-}"}), "mcpServers.a.command: must not be empty"),
+    ("bad-url-after-expansion", servers(a={"url": "${HOME}"}), "`url` must start with http:// or https://, got '/home/u'"),
+    ("huge-number", '{"mcpServers": {"a": {"command": "x", "timeout": ' + "9" * 5000 + "}}}", "servers.json: invalid JSON: Exceeds"),
+    ("deep-nesting", '{"mcpServers": ' + "[" * 100_000 + "]" * 100_000 + "}", "servers.json: invalid JSON"),
     ("duplicate-server", '{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}', "key 'a' appears twice"),
 ]
 
@@ -101,6 +109,15 @@ def test_a_full_config_loads() -> None:
     assert loaded["docs"].headers == {"Authorization": "Bearer "}
     assert loaded["docs"].transport == "http"
     assert loaded["web"].tools.allow == ("get_*",)
+
+
+def test_variables_are_expanded_before_checking() -> None:
+    loaded = parse_servers(servers(docs={"url": "${DOCS_URL}"}), "servers.json", {"DOCS_URL": "http://127.0.0.1:9/mcp"})
+    assert loaded["docs"].url == "http://127.0.0.1:9/mcp"
+
+
+def test_a_byte_order_mark_is_accepted() -> None:
+    assert list(parse_servers("\ufeff" + servers(a={"command": "x"}), "servers.json", {})) == ["a"]
 
 
 def test_a_disabled_server_needs_no_variables() -> None:

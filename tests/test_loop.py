@@ -15,7 +15,16 @@ from meta_agent.children import ChildPool
 from meta_agent.errors import ProviderUnavailable, ScriptError
 from meta_agent.limits import Limits
 from meta_agent.loop import RunRequest, run
-from meta_agent.messages import ImagePart, ModelRequest, ModelResponse, TextPart, ToolCall, ToolMessage, Usage
+from meta_agent.messages import (
+    ImagePart,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCall,
+    ToolMessage,
+    Usage,
+)
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.toolbox import InternalTool, ToolCaller, ToolHints, ToolOutcome, Toolbox, ToolSpec
 
@@ -124,6 +133,13 @@ async def test_a_plain_answer(pool: ChildPool) -> None:
     sent = provider.requests[0]
     assert sent.tool_choice == "auto"
     assert {t.name for t in sent.tools} >= {"paint", "f__echo", "time__get_current_time"}
+
+
+async def test_thinking_becomes_an_event(pool: ChildPool) -> None:
+    thought = ModelResponse(text="yes", thinking=(ThinkingPart(text="weighing it"), ThinkingPart(text="", redacted=True)))
+    _, _, rec = await go(pool, [thought])
+    assert [(e.step, e.text) for e in rec.of(ev.Thinking)] == [(1, "weighing it")]
+    assert rec.kinds().index("thinking") < rec.kinds().index("model_responded")
 
 
 async def test_a_tool_step_then_the_answer(pool: ChildPool) -> None:

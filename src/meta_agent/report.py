@@ -1,0 +1,56 @@
+"""One line of text per event: the progress message hosts show and the live view of `meta-agent run`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from meta_agent import events as ev
+
+ARGUMENTS_SHOWN = 160
+TEXT_SHOWN = 160
+
+
+def describe(event: ev.Event) -> str | None:
+    """The event as one line (design.md §2.5), or None for events that say nothing new to a person."""
+    match event:
+        case ev.RunStarted(mode=mode, model=model, tools=tools):
+            return f"start · {mode} with {model} · {len(tools)} tool{'s' if len(tools) != 1 else ''}"
+        case ev.ModelTurnStarted(step=step, final=final):
+            return f"step {step} · model{' (last turn, no tools)' if final else ''}"
+        case ev.Thinking(step=step, text=text):
+            return f"step {step} · thinking: {_short(text, TEXT_SHOWN)}"
+        case ev.ToolCallStarted(step=step, name=name, arguments=arguments):
+            return f"step {step} · call {name} {_arguments(arguments)}"
+        case ev.ToolCallFinished(step=step, name=name, ok=True, duration_ms=ms):
+            return f"step {step} · {name} ok ({ms} ms)"
+        case ev.ToolCallFinished(step=step, name=name, duration_ms=ms, error=error):
+            return f"step {step} · {name} error ({ms} ms): {_short(error or '', TEXT_SHOWN)}"
+        case ev.ChildProgress(step=step, name=name, progress=progress, total=total, message=message):
+            told = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
+            return f"step {step} · {name}: {_short(told, TEXT_SHOWN)}"
+        case ev.Heartbeat(step=step, waiting_for=what, elapsed_s=elapsed):
+            return f"step {step} · still waiting for {what} ({elapsed:.0f} s)"
+        case ev.LimitReached(step=step, limit=limit):
+            return f"step {step} · limit {limit}: asking for a final answer"
+        case ev.RunFinished(result=result):
+            usage = result.usage
+            return (
+                f"done · {result.stop_reason} ({usage.model_calls} model call{'s' if usage.model_calls != 1 else ''}, "
+                f"{usage.tool_calls} tool call{'s' if usage.tool_calls != 1 else ''})"
+            )
+        case ev.RunFailed(error=error):
+            return f"failed · {_short(error, 300)}"
+        case ev.ModelResponded():
+            return None
+    return None
+
+
+def _arguments(arguments: Mapping[str, Any]) -> str:
+    return _short(json.dumps(dict(arguments), ensure_ascii=False, default=str), ARGUMENTS_SHOWN)
+
+
+def _short(text: str, limit: int) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

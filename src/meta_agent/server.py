@@ -1,0 +1,285 @@
+"""The MCP front: `ask`, `plan`, `agent` and `image_gen`, with progress, over stdio and streamable HTTP.
+
+The lifespan owns an `Engine` (the children's supervisors). Each tool call runs the one loop with a progress
+reporter as its event sink; the reporter is closed before the result is returned, so no notification can follow it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import mcp.types as t
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from meta_agent import __version__
+from meta_agent import events as ev
+from meta_agent.config import ServerEntry, Settings
+from meta_agent.engine import Engine
+from meta_agent.errors import MetaAgentError
+from meta_agent.events import Mode, RunResult
+from meta_agent.providers import Provider
+from meta_agent.providers.sampling import SamplingProvider
+from meta_agent.report import describe
+
+TOOLBOX_URI = "meta-agent://toolbox"
+INSTRUCTIONS = (
+    "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
+    "numbered plan using read-only tools only; `ask` is one model turn; `image_gen` makes images. Long calls report "
+    "progress. The resource meta-agent://toolbox lists every tool it can use."
+)
+
+ToolPatterns = Annotated[
+    list[str] | None,
+    Field(description='Glob patterns over tool names ("time.*", "image_gen"); absent: every tool of the mode.'),
+]
+
+
+class ToolCallOut(BaseModel):
+    name: str
+    arguments: dict[str, Any]
+    ok: bool
+    duration_ms: int
+    error: str | None = None
+
+
+class StepOut(BaseModel):
+    index: int
+    tool_calls: list[ToolCallOut]
+
+
+class UsageOut(BaseModel):
+    model_calls: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+class RunOut(BaseModel):
+    """The structured result of `ask`, `plan` and `agent` (design.md §2.4)."""
+
+    answer: str
+    stop_reason: str = Field(description="final, max_steps, token_budget, deadline, cancelled or error")
+    run_id: str
+    conversation_id: str | None = None
+    steps: list[StepOut]
+    usage: UsageOut
+
+
+class Progress:
+    """The MCP progress sink: one notification per event, counting up; silent once closed."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._count = 0
+        self._open = True
+
+    async def __call__(self, event: ev.Event) -> None:
+        if not self._open:
+            return
+        if isinstance(event, ev.RunFinished) and event.result.stop_reason == "cancelled":
+            return  # the caller cancelled: it is not listening, and there will be no result
+        message = describe(event)
+        if message is None:
+            return
+        self._count += 1
+        await self._ctx.report_progress(self._count, None, message)
+
+    def close(self) -> None:
+        self._open = False
+
+
+def build_server(settings: Settings, servers: Mapping[str, ServerEntry], environ: Mapping[str, str]) -> MCPServer:
+    """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them)."""
+    holder: dict[str, Engine] = {}
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer) -> AsyncIterator[Engine]:
+        async with Engine(settings, servers, environ) as engine:
+            holder["engine"] = engine
+            try:
+                yield engine
+            finally:
+                holder.pop("engine", None)
+
+    server = MCPServer("meta-agent", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    server.engine_holder = holder  # type: ignore[attr-defined]  # read by the HTTP health route
+
+    async def start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> t.CallToolResult:
+        engine: Engine = ctx.request_context.lifespan_context
+        progress = Progress(ctx)
+        try:
+            result = await engine.run(task, mode=mode, emit=progress, sampling=_sampling(ctx), **arguments)
+        except MetaAgentError as exc:
+            return _tool_error(str(exc))
+        finally:
+            progress.close()
+        return _run_result(result)
+
+    @server.tool(
+        title="Ask the model",
+        annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
+    )
+    async def ask(
+        prompt: Annotated[str, Field(description="What to ask.")],
+        ctx: Context,
+        tools: ToolPatterns = None,
+    ) -> Annotated[t.CallToolResult, RunOut]:
+        """One model turn. The model may use meta-agent's internal tools (image_gen) once; never child tools."""
+        return await start(ctx, "ask", prompt, patterns=tools)
+
+    @server.tool(
+        title="Plan a task",
+        annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
+    )
+    async def plan(
+        task: Annotated[str, Field(description="The task to plan.")],
+        ctx: Context,
+        tools: ToolPatterns = None,
+        max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).")] = None,
+    ) -> Annotated[t.CallToolResult, RunOut]:
+        """Look around with read-only tools only and return a numbered plan. Changes nothing."""
+        return await start(ctx, "plan", task, patterns=tools, max_steps=max_steps)
+
+    @server.tool(
+        title="Run an agent",
+        annotations=t.ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True),
+    )
+    async def agent(
+        task: Annotated[str, Field(description="The task to carry out.")],
+        ctx: Context,
+        tools: ToolPatterns = None,
+        max_steps: Annotated[int | None, Field(description="Model turns at most.")] = None,
+        token_budget: Annotated[int | None, Field(description="Input+output tokens at most.")] = None,
+        plan: Annotated[bool, Field(description="Write a numbered plan first, then carry it out.")] = False,
+        conversation_id: Annotated[str | None, Field(description="Continue an earlier conversation.")] = None,
+    ) -> Annotated[t.CallToolResult, RunOut]:
+        """Carry out a task with every enabled tool (internal and child), within step, token and time limits.
+        Tools that change things run only with the user's approval (trust levels)."""
+        if conversation_id is not None:
+            return _tool_error(f"conversation_id: unknown conversation {conversation_id!r} (none are kept yet)")
+        if plan:
+            task = f"{task}\n\nFirst write a short numbered plan, then carry it out step by step."
+        return await start(ctx, "agent", task, patterns=tools, max_steps=max_steps, token_budget=token_budget)
+
+    if "image_gen" in settings.enabled_internal_tools(["image_gen"]):
+
+        @server.tool(
+            name="image_gen",
+            title="Generate images",
+            annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
+        )
+        async def image_gen(
+            prompt: Annotated[str, Field(description="What the image should show.")],
+            ctx: Context,
+            size: Annotated[str | None, Field(description="WIDTHxHEIGHT, e.g. 1024x1024, or auto.")] = None,
+            n: Annotated[int | None, Field(description="How many images (default 1).")] = None,
+        ) -> t.CallToolResult:
+            """Generate images from a text prompt; returns PNG images."""
+            engine: Engine = ctx.request_context.lifespan_context
+            tool = engine.internal_tool("image_gen")
+            assert tool is not None and tool.run is not None
+            arguments = {k: v for k, v in {"prompt": prompt, "size": size, "n": n}.items() if v is not None}
+            try:
+                outcome = await tool.run(arguments)
+            except MetaAgentError as exc:
+                return _tool_error(str(exc))
+            return t.CallToolResult(content=[_content(part) for part in outcome.parts], is_error=outcome.is_error)
+
+    @server.resource(TOOLBOX_URI, name="toolbox", mime_type="application/json")
+    async def toolbox(ctx: Context) -> str:
+        """Every child with its status and protocol version, every tool with its annotations and trust level."""
+        engine: Engine = ctx.request_context.lifespan_context
+        return json.dumps(engine.describe(), indent=2)
+
+    return server
+
+
+def _sampling(ctx: Context) -> Provider | None:
+    """The host's own model, where this caller can sample with tools (2025-11-25 sessions only)."""
+    caps = ctx.client_capabilities
+    if caps is None or caps.sampling is None or caps.sampling.tools is None:
+        return None
+    if not getattr(ctx.session, "can_send_request", False):
+        return None
+    return SamplingProvider(ctx.session, related_request_id=ctx.request_context.request_id)
+
+
+def _run_result(result: RunResult) -> t.CallToolResult:
+    content: list[t.ContentBlock] = [t.TextContent(type="text", text=result.answer)]
+    content.extend(t.ImageContent(type="image", data=i.data, mime_type=i.mime_type) for i in result.images)
+    return t.CallToolResult(content=content, structured_content=result.to_json())
+
+
+def _content(part: Any) -> t.ContentBlock:
+    if part.kind == "image":
+        return t.ImageContent(type="image", data=part.data, mime_type=part.mime_type)
+    return t.TextContent(type="text", text=part.text)
+
+
+def _tool_error(message: str) -> t.CallToolResult:
+    return t.CallToolResult(content=[t.TextContent(type="text", text=message)], is_error=True)
+
+
+# -- HTTP ----------------------------------------------------------------------------------------------------------
+
+
+def http_app(
+    server: MCPServer, *, host: str, token: str | None = None, allowed_hosts: tuple[str, ...] = ()
+) -> Starlette:
+    """Streamable HTTP at /mcp with DNS-rebinding protection, an optional bearer token, and /health."""
+    hosts = {"127.0.0.1", "localhost", "[::1]", host, *allowed_hosts}
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{h}:*" for h in hosts] + list(hosts),
+        allowed_origins=[f"{scheme}://{h}{port}" for h in hosts for scheme in ("http", "https") for port in ("", ":*")],
+    )
+    mcp_app: ASGIApp = server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
+    if token:
+        mcp_app = _BearerToken(mcp_app, token)
+
+    async def health(_request: Request) -> JSONResponse:
+        engine = server.engine_holder.get("engine")  # type: ignore[attr-defined]
+        if engine is None:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        children = {child.name: child.status.state for child in engine.pool}
+        return JSONResponse({"status": "ok", "version": __version__, "children": children})
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():  # enters the server's own lifespan: the children start here
+            yield
+
+    return Starlette(routes=[Route("/health", health), Mount("/", app=mcp_app)], lifespan=lifespan)
+
+
+class _BearerToken:
+    """Requests without `Authorization: Bearer <token>` get 401."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self._app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                response = JSONResponse(
+                    {"error": "missing or wrong bearer token (META_AGENT_HTTP_TOKEN)"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send)
+                return
+        await self._app(scope, receive, send)

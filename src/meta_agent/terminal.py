@@ -1,0 +1,94 @@
+"""What the command line prints: the toolbox, check lines, and the live view of `meta-agent run`.
+
+Colour only on a terminal (and never with NO_COLOR set); plain text when piped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TextIO
+
+from meta_agent import events as ev
+from meta_agent.children import ChildPool, ChildStatus
+from meta_agent.report import describe
+from meta_agent.toolbox import Toolbox, ToolSpec
+
+Paint = Callable[[str, str], str]
+_COLOURS = {"green": "32", "red": "31", "yellow": "33", "dim": "2", "bold": "1"}
+
+
+def paint_for(out: TextIO) -> Paint:
+    """ANSI colour on a terminal (unless NO_COLOR is set), plain text otherwise."""
+    if out.isatty() and not os.environ.get("NO_COLOR"):
+        return lambda text, colour: f"\033[{_COLOURS[colour]}m{text}\033[0m"
+    return lambda text, _colour: text
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def check_line(status: ChildStatus, paint: Paint) -> str:
+    """A child's status in one line: ready with its details, disabled, or failed with the reason."""
+    if status.state == "ready":
+        seconds = f"{status.start_seconds:.2f} s" if status.start_seconds is not None else ""
+        server = " ".join(filter(None, (status.server_name, status.server_version)))
+        details = (status.transport, status.protocol_version, plural(status.tool_count, "tool"), seconds, server)
+        return "  ".join(filter(None, (paint("ready ", "green"), *details)))
+    if status.state == "disabled":
+        return paint("disabled", "dim")
+    return f"{paint(status.state, 'red')}  {status.error}"
+
+
+def print_toolbox(toolbox: Toolbox, pool: ChildPool, out: TextIO) -> None:
+    """Internal tools first, then each child with its status and tools, then any problems."""
+    paint = paint_for(out)
+    internal = [spec for spec in toolbox.tools if spec.internal]
+    print(f"{paint('internal', 'bold')} · {plural(len(internal), 'tool')}", file=out)
+    _print_tools(internal, out)
+    for child in pool:
+        print(f"{paint(child.name, 'bold')} · {check_line(child.status, paint)}", file=out)
+        _print_tools([spec for spec in toolbox.tools if spec.server == child.name], out)
+    for problem in toolbox.problems:
+        print(f"{paint('problem', 'red')}: {problem}", file=out)
+
+
+def _print_tools(specs: list[ToolSpec], out: TextIO) -> None:
+    if not specs:
+        return
+    name_width = max(len(spec.name) for spec in specs)
+    hint_width = max(len(spec.hints.describe()) for spec in specs)
+    for spec in specs:
+        trust = f"{spec.trust} ({spec.trust_source})"
+        print(f"  {spec.name.ljust(name_width)}  {spec.hints.describe().ljust(hint_width)}  {trust}", file=out)
+
+
+class LiveView:
+    """The event sink of `meta-agent run`: one line per event on `out`; on a terminal, heartbeats overwrite
+    each other in place instead of piling up. Keeps the last result it saw (also a cancelled run's)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._tty = out.isatty()
+        self._paint = paint_for(out)
+        self._beating = False
+        self.result: ev.RunResult | None = None
+
+    async def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.RunFinished):
+            self.result = event.result
+        line = describe(event)
+        if line is None:
+            return
+        colour = {"tool_call_finished": "dim", "heartbeat": "yellow", "run_failed": "red", "limit_reached": "yellow"}
+        if isinstance(event, ev.ToolCallFinished) and not event.ok:
+            colour = {**colour, "tool_call_finished": "red"}
+        text = self._paint(line, colour[event.kind]) if event.kind in colour else line
+        if self._tty and isinstance(event, ev.Heartbeat):
+            self._out.write(f"\r\033[K{text}")
+            self._beating = True
+        else:
+            self._out.write(f"{chr(13) + chr(27) + '[K' if self._beating else ''}{text}\n")
+            self._beating = False
+        self._out.flush()

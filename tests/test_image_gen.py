@@ -1,0 +1,207 @@
+"""image_gen: the real openai SDK over real HTTP to a fake images endpoint on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from fake_llm import FakeLLM, error_body, images_reply  # noqa: E402
+from fault_server import TINY_PNG  # noqa: E402
+
+from meta_agent.errors import ImageGenError, ProviderAuthError, ProviderUnavailable  # noqa: E402
+from meta_agent.image_gen import IMAGE_GEN, INTERNAL_TOOLS, image_gen_tool  # noqa: E402
+from meta_agent.messages import ImagePart, TextPart  # noqa: E402
+
+pytestmark = pytest.mark.anyio
+FAST_RETRY = {"retry_after_ms": "1"}  # the SDK honours retry-after-ms, so its retries take no time
+PNG = base64.b64encode(TINY_PNG).decode()
+GPT_IMAGE = "openai:gpt-image-1"
+ONE_TO_TEN = "an integer from 1 to 10"
+ANY_SIZE = "WIDTHxHEIGHT (positive integers) or auto"
+LONG_PROMPT = "a lighthouse on a cliff at dusk, " * 4
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as fake:
+        yield fake
+
+
+def openai_env(llm: FakeLLM) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-test"}
+
+
+async def test_two_images_over_http(llm: FakeLLM) -> None:
+    llm.reply(images_reply(PNG, PNG))
+    tool = image_gen_tool("openai:gpt-image-1", openai_env(llm))
+    outcome = await tool.run({"prompt": "a cat", "size": "1024x1024", "n": 2})
+    [seen] = llm.requests
+    assert seen.path == "/v1/images/generations"
+    assert seen.headers["authorization"] == "Bearer sk-test"
+    assert seen.body == {"model": "gpt-image-1", "prompt": "a cat", "size": "1024x1024", "n": 2}
+    assert not outcome.is_error
+    assert outcome.parts == (
+        TextPart(text='generated 2 images (1024x1024) for "a cat"'),
+        ImagePart(data=PNG, mime_type="image/png"),
+        ImagePart(data=PNG, mime_type="image/png"),
+    )
+    assert all(base64.b64decode(part.data).startswith(b"\x89PNG\r\n\x1a\n") for part in outcome.parts[1:])
+
+
+@pytest.mark.parametrize(
+    ("image_model", "arguments", "body", "summary"),
+    [
+        (
+            "openai:gpt-image-1",
+            {"prompt": "a cat"},
+            {"model": "gpt-image-1", "prompt": "a cat", "n": 1},
+            'generated 1 image for "a cat"',
+        ),
+        (
+            "openai:dall-e-3",
+            {"prompt": "a cat", "size": "1792x1024"},
+            {"model": "dall-e-3", "prompt": "a cat", "n": 1, "size": "1792x1024", "response_format": "b64_json"},
+            'generated 1 image (1792x1024) for "a cat"',
+        ),
+        (
+            "openai:local-diffusion",
+            {"prompt": LONG_PROMPT, "size": "640x480"},
+            {"model": "local-diffusion", "prompt": LONG_PROMPT, "n": 1, "size": "640x480"},
+            f'generated 1 image (640x480) for "{LONG_PROMPT[:79]}…"',
+        ),
+    ],
+)
+async def test_request_shape_per_model(
+    llm: FakeLLM, image_model: str, arguments: dict[str, Any], body: dict[str, Any], summary: str
+) -> None:
+    llm.reply(images_reply(PNG))
+    outcome = await image_gen_tool(image_model, openai_env(llm)).run(arguments)
+    assert llm.requests[0].body == body  # DALL·E is asked for base64; GPT image models refuse that parameter
+    assert outcome.parts[0] == TextPart(text=summary)
+
+
+async def test_a_local_server_needs_no_key(llm: FakeLLM) -> None:
+    llm.reply(images_reply(PNG))
+    outcome = await image_gen_tool("openai:gpt-image-1", {"OPENAI_BASE_URL": f"{llm.url}/v1"}).run({"prompt": "x"})
+    assert llm.requests[0].headers["authorization"] == "Bearer none"
+    assert outcome.parts[1] == ImagePart(data=PNG, mime_type="image/png")
+
+
+@pytest.mark.parametrize(
+    ("image_model", "arguments", "message"),
+    [
+        (
+            "openai:gpt-image-1",
+            {"prompt": "a cat", "size": "999x1"},
+            "image_gen: size '999x1' is not one of 1024x1024, 1536x1024, 1024x1536, auto for openai:gpt-image-1",
+        ),
+        (GPT_IMAGE, {"prompt": "a cat", "n": 11}, f"image_gen: n 11 is not {ONE_TO_TEN} for {GPT_IMAGE}"),
+        (GPT_IMAGE, {"prompt": "a cat", "n": 0}, f"image_gen: n 0 is not {ONE_TO_TEN} for {GPT_IMAGE}"),
+        (GPT_IMAGE, {"prompt": "a cat", "n": "2"}, f"image_gen: n '2' is not {ONE_TO_TEN} for {GPT_IMAGE}"),
+        (GPT_IMAGE, {"prompt": "a cat", "n": True}, f"image_gen: n True is not {ONE_TO_TEN} for {GPT_IMAGE}"),
+        (
+            "openai:dall-e-3",
+            {"prompt": "a cat", "size": "1536x1024"},
+            "image_gen: size '1536x1024' is not one of 1024x1024, 1792x1024, 1024x1792 for openai:dall-e-3",
+        ),
+        ("openai:dall-e-3", {"prompt": "a cat", "n": 2}, "image_gen: n 2 is not 1 for openai:dall-e-3"),
+        (
+            "openai:dall-e-2",
+            {"prompt": "a cat", "size": "auto"},
+            "image_gen: size 'auto' is not one of 256x256, 512x512, 1024x1024 for openai:dall-e-2",
+        ),
+        ("openai:dall-e-2", {"prompt": "a cat", "n": 11}, f"image_gen: n 11 is not {ONE_TO_TEN} for openai:dall-e-2"),
+        ("openai:local", {"prompt": "a cat", "size": "0x512"}, f"image_gen: size '0x512' is not {ANY_SIZE}"),
+        ("openai:local", {"prompt": "a cat", "size": "big"}, f"image_gen: size 'big' is not {ANY_SIZE}"),
+        ("openai:local", {"prompt": "a cat", "size": 512}, f"image_gen: size 512 is not {ANY_SIZE}"),
+        ("openai:local", {"prompt": "a cat", "n": 12}, f"image_gen: n 12 is not {ONE_TO_TEN} for openai:local"),
+        ("openai:local", {"prompt": " "}, "image_gen: prompt must be a non-empty string, not ' '"),
+    ],
+)
+async def test_bad_arguments_are_refused_before_any_request(
+    llm: FakeLLM, image_model: str, arguments: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ImageGenError) as caught:
+        await image_gen_tool(image_model, openai_env(llm)).run(arguments)
+    assert str(caught.value) == message
+    assert llm.requests == []
+
+
+@pytest.mark.parametrize(
+    ("image_model", "env", "message"),
+    [
+        (
+            "openai:gpt-image-1",
+            {"ANTHROPIC_API_KEY": "k"},
+            "image_gen: no image backend for openai:gpt-image-1: set OPENAI_API_KEY, or OPENAI_BASE_URL for an"
+            " OpenAI-compatible server",
+        ),
+        (
+            "anthropic:claude-sonnet-5-5",
+            {"OPENAI_API_KEY": "k"},
+            "image_gen: META_AGENT_IMAGE_MODEL='anthropic:claude-sonnet-5-5' is not supported; set it to openai:MODEL"
+            " (e.g. openai:gpt-image-1) and set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server",
+        ),
+        ("openai:", {"OPENAI_API_KEY": "k"}, "image_gen: META_AGENT_IMAGE_MODEL='openai:' is not supported"),
+        ("gpt-image-1", {"OPENAI_API_KEY": "k"}, "image_gen: META_AGENT_IMAGE_MODEL='gpt-image-1' is not supported"),
+    ],
+)
+async def test_no_backend_says_what_to_set(image_model: str, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ImageGenError) as caught:
+        await image_gen_tool(image_model, env).run({"prompt": "a cat"})
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "message", "attempts"),
+    [
+        (401, ProviderAuthError, "the API key was refused (HTTP 401); check OPENAI_API_KEY: no", 1),
+        (500, ProviderUnavailable, "the provider failed (HTTP 500) after retries: no", 3),
+    ],
+)
+async def test_api_errors_are_typed_provider_errors(
+    llm: FakeLLM, status: int, error: type, message: str, attempts: int
+) -> None:
+    for _ in range(attempts):
+        llm.reply(error_body("no"), status, **FAST_RETRY)
+    with pytest.raises(error) as caught:
+        await image_gen_tool("openai:gpt-image-1", openai_env(llm)).run({"prompt": "a cat"})
+    assert str(caught.value) == f"openai:gpt-image-1: {message}"
+    assert len(llm.requests) == attempts  # the SDK retried the 500, and not the 401
+
+
+async def test_url_only_answers_are_not_supported(llm: FakeLLM) -> None:
+    llm.reply({"created": 0, "data": [{"url": f"{llm.url}/cat.png"}]})
+    with pytest.raises(ImageGenError) as caught:
+        await image_gen_tool("openai:local", openai_env(llm)).run({"prompt": "a cat"})
+    assert str(caught.value) == (
+        "image_gen: openai:local answered with image URLs; URL results are not supported (nothing is downloaded):"
+        " use a server that returns b64_json"
+    )
+    assert [seen.path for seen in llm.requests] == ["/v1/images/generations"]
+
+
+@pytest.mark.parametrize(
+    ("image_model", "sizes", "max_n"),
+    [
+        ("openai:gpt-image-1", ["1024x1024", "1536x1024", "1024x1536", "auto"], 10),
+        ("openai:dall-e-3", ["1024x1024", "1792x1024", "1024x1792"], 1),
+        ("openai:local", None, 10),
+    ],
+)
+def test_the_schema_names_what_the_model_accepts(image_model: str, sizes: list[str] | None, max_n: int) -> None:
+    tool = image_gen_tool(image_model, {})
+    assert (tool.name, tool.description, tool.hints) == (IMAGE_GEN.name, IMAGE_GEN.description, IMAGE_GEN.hints)
+    assert tool.run is not None
+    properties = tool.input_schema["properties"]
+    assert properties["size"].get("enum") == sizes
+    assert properties["n"]["maximum"] == max_n
+    assert tool.input_schema["required"] == ["prompt"]
+    assert INTERNAL_TOOLS == (IMAGE_GEN,) and IMAGE_GEN.run is None
