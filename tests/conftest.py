@@ -16,6 +16,7 @@ import pytest
 from meta_agent.config import ServerEntry
 
 TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS / "fixtures"))  # fake_llm, fault_server
 FAULT_SERVER = TESTS / "fixtures" / "fault_server.py"
 EVERYTHING = TESTS / "node_modules" / ".bin" / "mcp-server-everything"
 

@@ -198,10 +198,9 @@ def build_server(settings: Settings, servers: Mapping[str, ServerEntry], environ
             return t.CallToolResult(content=[_content(part) for part in outcome.parts], is_error=outcome.is_error)
 
     @server.resource(TOOLBOX_URI, name="toolbox", mime_type="application/json")
-    async def toolbox(ctx: Context) -> str:
+    async def toolbox() -> str:
         """Every child with its status and protocol version, every tool with its annotations and trust level."""
-        engine: Engine = ctx.request_context.lifespan_context
-        return json.dumps(engine.describe(), indent=2)
+        return json.dumps(holder["engine"].describe(), indent=2)
 
     return server
 
