@@ -1,0 +1,215 @@
+"""`meta-agent serve` as hosts meet it: a real stdio subprocess and a real HTTP server, in both protocol eras."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from conftest import EVERYTHING, FAULT_SERVER, free_port
+from fake_llm import FakeLLM, openai_reply
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+pytestmark = pytest.mark.anyio
+TOKEN = "test-token-123"
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("serve") / "servers.json"
+    servers = {
+        "f": {"command": sys.executable, "args": [str(FAULT_SERVER), "--garbage"]},  # also prints to its stdout
+        "every": {"command": "node", "args": [str(EVERYTHING), "stdio"]},  # prints a banner on its stderr
+    }
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+def serve_env(llm: FakeLLM, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "META_AGENT_MODEL": "openai:fake-model",
+        "OPENAI_BASE_URL": f"{llm.url}/v1",
+        "OPENAI_API_KEY": "sk-test",
+        **extra,
+    }
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.changed = anyio.Event()
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.messages.append(message or "")
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    async def until(self, text: str) -> None:
+        with anyio.fail_after(30):
+            while not any(text in m for m in self.messages):
+                await self.changed.wait()
+
+
+async def agent_round(client: Client, llm: FakeLLM) -> None:
+    llm.reply(openai_reply(None, ("c1", "every__echo", {"message": "hi"})))
+    llm.reply(openai_reply("echoed"))
+    progress = Progress()
+    result = await client.call_tool("agent", {"task": "echo hi"}, progress_callback=progress)
+    assert not result.is_error, result.content
+    assert result.content[0].text == "echoed"  # type: ignore[union-attr]
+    assert result.structured_content and result.structured_content["steps"][0]["tool_calls"][0]["name"] == "every.echo"
+    assert progress.messages[-1] == "done · final (2 model calls, 1 tool call)"
+    assert "step 1 · call every.echo {\"message\": \"hi\"}" in progress.messages
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_stdio_subprocess(mode: str, llm: FakeLLM, config: Path) -> None:
+    """Nothing but protocol on stdout, though children print to their stdout and stderr."""
+    stray: list[Exception] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, Exception):
+            stray.append(message)
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "meta_agent", "serve", "--config", str(config)], env=serve_env(llm)
+    )
+    async with Client(params, mode=mode, message_handler=on_message) as client:
+        assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        assert client.server_info and client.server_info.name == "meta-agent"
+        await agent_round(client, llm)
+        box = json.loads((await client.read_resource("meta-agent://toolbox")).contents[0].text)  # type: ignore[union-attr]
+        assert {s["name"]: s["status"] for s in box["servers"]} == {"f": "ready", "every": "ready"}
+    assert stray == []
+
+
+class ServerLog:
+    """Reads a server's stderr on a thread (so the pipe never fills) and lets a test wait for a line."""
+
+    def __init__(self, stream: Any) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    def count(self, text: str) -> int:
+        with self._changed:
+            return sum(text in line for line in self.lines)
+
+    def wait_for(self, text: str, *, more_than: int = 0, timeout: float = 30) -> None:
+        """Block until more than `more_than` lines contain `text`."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: sum(text in x for x in self.lines) > more_than, timeout):
+                raise AssertionError(f"{text!r} not in the server's log")
+
+
+@pytest.fixture(scope="module")
+def http_server(llm: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "meta_agent", "serve", "--transport", "http", "--port", str(port), "--config", str(config)],
+        env=serve_env(llm, META_AGENT_HTTP_TOKEN=TOKEN),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = ServerLog(proc.stderr)
+    try:
+        log.wait_for("Uvicorn running on")
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_http(mode: str, http_server: tuple[str, ServerLog], llm: FakeLLM) -> None:
+    url, _ = http_server
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
+            assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+            await agent_round(client, llm)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_http_cancel_reaches_the_child(mode: str, http_server: tuple[str, ServerLog], llm: FakeLLM) -> None:
+    """The caller gives up (closing the stream, or notifications/cancelled): the child's call is cancelled too."""
+    url, log = http_server
+    already = log.count("hang cancelled")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    llm.reply(openai_reply(None, ("c1", "f__hang", {})))
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
+            progress = Progress()
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    await client.call_tool("agent", {"task": "hang"}, progress_callback=progress)
+
+                tg.start_soon(call)
+                await progress.until("call f.hang")
+                tg.cancel_scope.cancel()
+    await anyio.to_thread.run_sync(lambda: log.wait_for("hang cancelled", more_than=already))
+    async with httpx2.AsyncClient() as http:
+        health = (await http.get(f"{url}/health")).json()
+    assert health["children"] == {"f": "ready", "every": "ready"}
+
+
+async def test_http_security(http_server: tuple[str, ServerLog]) -> None:
+    url, _ = http_server
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    good = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient() as http:
+        health = await http.get(f"{url}/health")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        no_token = await http.post(f"{url}/mcp", json=body, headers={"Accept": good["Accept"]})
+        assert no_token.status_code == 401
+        assert no_token.headers["www-authenticate"] == "Bearer"
+        wrong = await http.post(f"{url}/mcp", json=body, headers={**good, "Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        bad_host = await http.post(f"{url}/mcp", json=body, headers={**good, "Host": "evil.example:80"})
+        assert bad_host.status_code == 421
+        bad_origin = await http.post(f"{url}/mcp", json=body, headers={**good, "Origin": "http://evil.example"})
+        assert bad_origin.status_code == 403
+
+
+def test_http_binds_loopback_by_default(http_server: tuple[str, ServerLog]) -> None:
+    """The server was started without --host: its listening socket is on 127.0.0.1 only."""
+    port = int(http_server[0].rsplit(":", 1)[1])
+    listening = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.rsplit(":", 1)
+            if int(port_hex, 16) == port and state == "0A":  # 0A: LISTEN
+                listening.append(address)
+    assert listening == ["0100007F"]  # 127.0.0.1, little-endian hex
