@@ -493,10 +493,12 @@ class ChildPool:
             self._tg.start_soon(child.supervise, name=f"supervise {child.name}")
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
-        return await self._tg.__aexit__(*exc_info)
+        # Supervisors never raise, so there is nothing of theirs to report: leaving the group as if its body had
+        # ended lets an exception of the body propagate as itself, not wrapped in an ExceptionGroup.
+        await self._tg.__aexit__(None, None, None)
 
     async def wait_settled(self) -> None:
         """Wait until every child has connected or failed once."""

@@ -1,0 +1,146 @@
+"""`meta-agent run` as a user runs it: a real subprocess, real children, the real openai SDK against a fake model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FAULT_SERVER, TIME_COMMAND, free_port
+from fake_llm import FakeLLM, error_body, openai_reply
+from test_cli import processes_with
+
+META_AGENT = [sys.executable, "-m", "meta_agent"]
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as fake:
+        yield fake
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"marker-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def config(tmp_path: Path, marker: str) -> Path:
+    path = tmp_path / "servers.json"
+    fault = {"command": sys.executable, "args": [str(FAULT_SERVER), "--name", marker]}
+    path.write_text(json.dumps({"mcpServers": {"time": TIME_COMMAND, "f": fault}}))
+    return path
+
+
+def env(llm: FakeLLM, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "META_AGENT_MODEL": "openai:fake-model",
+        "OPENAI_BASE_URL": f"{llm.url}/v1",
+        "OPENAI_API_KEY": "sk-test",
+        **extra,
+    }
+
+
+def run(config: Path, environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*META_AGENT, "run", *args, "--config", str(config)], capture_output=True, text=True, env=environ, timeout=120
+    )
+
+
+def test_the_answer_on_stdout_and_the_steps_on_stderr(llm: FakeLLM, config: Path, marker: str) -> None:
+    llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Asia/Tokyo"})))
+    llm.reply(openai_reply("It is evening in Tokyo."))
+    result = run(config, env(llm), "What time is it in Tokyo?")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "It is evening in Tokyo.\n"
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("start · agent with openai:fake-model · ")
+    assert lines[1:3] == ["step 1 · model", 'step 1 · call time.get_current_time {"timezone": "Asia/Tokyo"}']
+    assert lines[3].startswith("step 1 · time.get_current_time ok (")
+    assert lines[4:] == ["step 2 · model", "done · final (2 model calls, 1 tool call)"]
+    assert processes_with(marker) == []
+
+
+def test_json_and_plan_mode(llm: FakeLLM, config: Path) -> None:
+    llm.reply(openai_reply("1. Ask the clock.\n2. Tell the user."))
+    result = run(config, env(llm), "plan the time check", "--mode", "plan", "--json")
+    assert result.returncode == 0, result.stderr
+    structured = json.loads(result.stdout)
+    assert structured["answer"] == "1. Ask the clock.\n2. Tell the user."
+    assert structured["stop_reason"] == "final"
+    assert structured["usage"]["model_calls"] == 1
+    offered = {tool["function"]["name"] for tool in llm.requests[0].body["tools"]}
+    assert "f__delete_file" not in offered and "time__get_current_time" in offered
+
+
+def test_the_step_limit(llm: FakeLLM, config: Path) -> None:
+    llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "again"})))
+    llm.reply(openai_reply("Stopped after one step."))
+    result = run(config, env(llm), "loop", "--max-steps", "1", "--json")
+    assert json.loads(result.stdout)["stop_reason"] == "max_steps"
+    lines = result.stderr.splitlines()
+    assert lines[-3:] == [
+        "step 1 · limit max_steps: asking for a final answer",
+        "step 2 · model (last turn, no tools)",
+        "done · max_steps (2 model calls, 1 tool call)",
+    ]
+    assert llm.requests[-1].body["tool_choice"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("extra_env", "args", "code", "message"),
+    [
+        ({"META_AGENT_MODEL": ""}, [], 2, "meta-agent: no model is configured: set META_AGENT_MODEL"),
+        ({}, ["--tools", "nope.*"], 2, "meta-agent: tools: pattern 'nope.*' matches no tool"),
+        ({"META_AGENT_MODEL": "mistral:large"}, [], 2, "unknown provider 'mistral'"),
+    ],
+)
+def test_bad_input_exits_2(llm: FakeLLM, config: Path, extra_env: dict, args: list[str], code: int, message: str) -> None:
+    environ = env(llm, OLLAMA_HOST=f"127.0.0.1:{free_port()}", **extra_env)
+    if extra_env.get("META_AGENT_MODEL") == "":
+        for key in ("META_AGENT_MODEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+            environ.pop(key, None)
+    result = run(config, environ, "task", *args)
+    assert result.returncode == code
+    assert result.stdout == ""
+    assert message in result.stderr.splitlines()[-1]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_provider_outage_exits_1(llm: FakeLLM, config: Path) -> None:
+    for _ in range(3):
+        llm.reply(error_body("down for maintenance"), 503, retry_after_ms="1")
+    result = run(config, env(llm), "task")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "meta-agent: openai:fake-model: the provider failed (HTTP 503) after retries: down for maintenance"
+    )
+
+
+def test_ctrl_c_cancels_the_run_and_stops_the_children(llm: FakeLLM, config: Path, marker: str) -> None:
+    llm.reply(openai_reply(None, ("c1", "f__hang", {})))
+    proc = subprocess.Popen(
+        [*META_AGENT, "run", "hang around", "--json", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(llm),
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait until the run is inside the child's call
+        if line.startswith("step 1 · call f.hang"):
+            break
+    assert len(processes_with(marker)) == 1
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.splitlines()[-1] == "meta-agent: stopped by SIGINT"
+    assert json.loads(out)["stop_reason"] == "cancelled"
+    assert processes_with(marker) == []
