@@ -12,7 +12,7 @@ from conftest import Changes, everything_entry, everything_over_http, fault_entr
 
 from meta_agent.children import ChildPool, ChildServer
 from meta_agent.config import ServerEntry, ToolFilter
-from meta_agent.errors import ChildDied, ChildTimeout, ChildUnavailable
+from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -171,8 +171,6 @@ async def test_child_stderr_goes_to_our_log_not_our_stdout(capfd: pytest.Capture
         async with ChildPool({"f": fault_entry()}) as pool:
             await pool.wait_settled()
             await pool["f"].call("write_stderr", {"text": "a line from the child"})
-            changes = Changes()
-            pool["f"].on_change = changes
     lines = [entry["line"] for entry in logs if entry["event"] == "child_stderr"]
     assert "a line from the child" in lines
     captured = capfd.readouterr()
@@ -220,3 +218,41 @@ async def test_an_http_child_that_dies_fails_fast_and_is_retried() -> None:
                 await child.call("echo", {"message": "anyone?"})
             await changes.until(lambda: child.status.state == "restarting" and child.status.attempt >= 2)
             assert "cannot reach" in (child.status.error or "")
+
+
+async def test_a_stuck_child_is_restarted_after_a_timeout() -> None:
+    """A child that is alive but answers nothing (stopped): the call times out, a probe fails, it is restarted."""
+    changes = Changes()
+    async with ChildPool({"f": fault_entry(timeout=0.5)}, on_change=changes) as pool:
+        child = pool["f"]
+        await changes.until(lambda: child.status.state == "ready")
+        pid = int(text_of(await child.call("pid", {})))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(ChildTimeout):
+                await child.call("echo", {"text": "anyone?"})
+            await changes.until(lambda: child.status.state == "restarting")
+            assert "timed out and stopped answering" in (child.status.error or "")
+            await changes.until(lambda: child.status.state == "ready")
+            assert int(text_of(await child.call("pid", {}))) != pid
+        finally:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_result_that_breaks_its_schema_is_a_one_line_error() -> None:
+    async with ChildPool({"f": fault_entry()}) as pool:
+        await pool.wait_settled()
+        with pytest.raises(ChildProtocolError) as caught:
+            await pool["f"].call("lying", {})
+    assert str(caught.value).startswith("f: lying failed: ")
+    assert "\n" not in str(caught.value)
+    # and the child is still fine
+    assert pool["f"].status.restarts == 0
+
+
+async def test_a_denied_tool_is_not_called() -> None:
+    async with ChildPool({"f": fault_entry(tools=ToolFilter(deny=("crash",)))}) as pool:
+        await pool.wait_settled()
+        with pytest.raises(ChildUnavailable, match="crash is not offered"):
+            await pool["f"].call("crash", {})

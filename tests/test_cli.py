@@ -209,3 +209,33 @@ def test_the_console_script_is_installed() -> None:
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True)
     assert result.returncode == 0
     assert result.stdout.startswith("meta-agent ")
+
+
+def test_a_second_signal_does_not_cut_the_shutdown_short(tmp_path: Path, marker: str) -> None:
+    config = write_config(tmp_path, {"ready": fault(marker), "stubborn": fault(marker, "--stubborn")})
+    proc = subprocess.Popen(
+        [*META_AGENT, "tools", "--config", str(config), "--start-timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "META_AGENT_LOG_LEVEL": "info"},
+    )
+    assert proc.stderr is not None
+    ready = 0
+    for line in proc.stderr:  # both children report ready in the log
+        ready += '"child_ready"' in line
+        if ready == 2:
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    assert "Traceback" not in err
+    assert processes_with(marker) == []
+
+
+def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path, marker: str) -> None:
+    # 3000 tools make more output than a pipe holds, so writing surely fails after `head` has gone.
+    config = write_config(tmp_path, {"f": fault(marker, "--extra-tools", "3000")})
+    shell = f"{sys.executable} -m meta_agent tools --config {config} | head -1"
+    result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=90)
+    assert result.stdout.startswith("internal")
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr
