@@ -6,7 +6,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -112,3 +112,44 @@ class Changes:
         with self._anyio.fail_after(timeout):
             while not predicate():
                 await self._event.wait()
+
+
+def openai_env(
+    llm: Any, *, model: str | None = None, base: Mapping[str, str] | None = None, **extra: str
+) -> dict[str, str]:
+    """An environment whose OpenAI settings point at a FakeLLM; `model` also sets META_AGENT_MODEL."""
+    chosen = {"META_AGENT_MODEL": model} if model else {}
+    return {**(base or {}), "OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-test", **chosen, **extra}
+
+
+@pytest.fixture
+def llm() -> Iterator[Any]:
+    from fake_llm import FakeLLM
+
+    with FakeLLM() as fake:
+        yield fake
+
+
+class ProgressLog:
+    """A progress callback that records what it hears and lets a test wait for a message."""
+
+    def __init__(self) -> None:
+        import anyio
+
+        self._anyio = anyio
+        self.seen: list[tuple[float, float | None, str | None]] = []
+        self._changed = anyio.Event()
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.seen.append((progress, total, message))
+        self._changed.set()
+        self._changed = self._anyio.Event()
+
+    @property
+    def messages(self) -> list[str]:
+        return [m or "" for _, _, m in self.seen]
+
+    async def until(self, text: str, timeout: float = 30) -> None:
+        with self._anyio.fail_after(timeout):
+            while not any(text in m for m in self.messages):
+                await self._changed.wait()

@@ -44,7 +44,9 @@ async def test_everything_over_stdio_speaks_2025_and_forwards_progress() -> None
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             messages.append((progress, message))
 
-        result = await child.call("trigger-long-running-operation", {"duration": 0.3, "steps": 3}, on_progress=on_progress)
+        result = await child.call(
+            "trigger-long-running-operation", {"duration": 0.3, "steps": 3}, on_progress=on_progress
+        )
         assert not result.is_error
         assert [p for p, _ in messages] == [1, 2, 3]
 

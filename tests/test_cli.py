@@ -72,7 +72,9 @@ def test_check_reports_each_child_and_fails_when_one_does(tmp_path: Path, marker
     by_name = {line.split()[0]: line for line in lines[1:7]}
     assert by_name["time"].split()[1:5] == ["ready", "stdio", "2026-07-28", "2"]
     assert by_name["every"].split()[1:5] == ["ready", "stdio", "2025-11-25", "13"]
-    assert "failed  the server exited during start-up; its stderr ended with: fault_server: refusing" in by_name["crash"]
+    assert (
+        "failed  the server exited during start-up; its stderr ended with: fault_server: refusing" in by_name["crash"]
+    )
     assert by_name["stubborn"].split()[1] == "ready"
     assert "failed  command not found: no-such-command-xyz" in by_name["nope"]
     assert by_name["off"].split()[1] == "disabled"
@@ -84,7 +86,9 @@ def test_check_reports_each_child_and_fails_when_one_does(tmp_path: Path, marker
 def test_check_passes_and_a_never_starting_child_is_bounded(tmp_path: Path, marker: str) -> None:
     ok = run("check", "--config", str(write_config(tmp_path, {"time": TIME_COMMAND})))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    stuck = run("check", "--start-timeout", "2", "--config", str(write_config(tmp_path, {"s": fault(marker, "--never-start")})))
+    stuck = run(
+        "check", "--start-timeout", "2", "--config", str(write_config(tmp_path, {"s": fault(marker, "--never-start")}))
+    )
     assert stuck.returncode == 1
     assert "s  failed  no answer within 2 s" in stuck.stdout
     assert processes_with(marker) == []
@@ -148,8 +152,14 @@ def test_child_stderr_never_reaches_stdout(tmp_path: Path) -> None:
         (["tools", "--config", "{bad}"], "servers.json:1:2: invalid JSON"),
         (["check", "--config", "{unknown}"], "mcpServers.a.comand: unknown key 'comand' (did you mean 'command'?)"),
         (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
-        (["check", "--start-timeout", "soon"], "argument --start-timeout: must be a positive number of seconds, got 'soon'"),
-        (["tools", "--start-timeout", "nan"], "argument --start-timeout: must be a positive number of seconds, got 'nan'"),
+        (
+            ["check", "--start-timeout", "soon"],
+            "argument --start-timeout: must be a positive number of seconds, got 'soon'",
+        ),
+        (
+            ["tools", "--start-timeout", "nan"],
+            "argument --start-timeout: must be a positive number of seconds, got 'nan'",
+        ),
         (["run", "x", "--max-steps", "0"], "argument --max-steps: must be a whole number of at least 1, got '0'"),
         (["run", "x", "--mode", "chat"], "argument --mode: invalid choice: 'chat'"),
     ],
@@ -188,7 +198,8 @@ def test_config_comes_from_the_environment(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_every_child(tmp_path: Path, marker: str, signum: int, code: int) -> None:
     config = write_config(
-        tmp_path, {"ready": fault(marker), "stubborn": fault(marker, "--stubborn"), "stuck": fault(marker, "--never-start")}
+        tmp_path,
+        {"ready": fault(marker), "stubborn": fault(marker, "--stubborn"), "stuck": fault(marker, "--never-start")},
     )
     proc = subprocess.Popen(
         [*META_AGENT, "check", "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -215,7 +226,9 @@ def test_a_second_signal_does_not_cut_the_shutdown_short(tmp_path: Path, marker:
     config = write_config(tmp_path, {"ready": fault(marker), "stubborn": fault(marker, "--stubborn")})
     proc = subprocess.Popen(
         [*META_AGENT, "tools", "--config", str(config), "--start-timeout", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "META_AGENT_LOG_LEVEL": "info"},
     )
     assert proc.stderr is not None

@@ -41,30 +41,74 @@ BAD = [
     ("malformed-var", servers(a={"command": "x", "args": ["${"]}), "mcpServers.a.args[0]: malformed variable"),
     ("args-not-list", servers(a={"command": "x", "args": "--flag"}), "mcpServers.a.args: expected a list of strings"),
     ("arg-not-string", servers(a={"command": "x", "args": [1]}), "mcpServers.a.args[0]: expected a string, got 1"),
-    ("env-value-null", servers(a={"command": "x", "env": {"K": None}}), "mcpServers.a.env.K: expected a string, got null"),
+    (
+        "env-value-null",
+        servers(a={"command": "x", "env": {"K": None}}),
+        "mcpServers.a.env.K: expected a string, got null",
+    ),
     ("env-not-object", servers(a={"command": "x", "env": ["K=V"]}), "mcpServers.a.env: expected an object"),
-    ("timeout-string", servers(a={"command": "x", "timeout": "60"}), 'mcpServers.a.timeout: expected a number, got "60"'),
+    (
+        "timeout-string",
+        servers(a={"command": "x", "timeout": "60"}),
+        'mcpServers.a.timeout: expected a number, got "60"',
+    ),
     ("timeout-zero", servers(a={"command": "x", "timeout": 0}), "mcpServers.a.timeout: input should be greater than 0"),
     ("timeout-bool", servers(a={"command": "x", "timeout": True}), "mcpServers.a.timeout: expected a number, got true"),
-    ("disabled-string", servers(a={"command": "x", "disabled": "yes"}), "mcpServers.a.disabled: expected true or false"),
-    ("trust-level", servers(a={"command": "x", "trust": {"*": "maybe"}}), "mcpServers.a.trust[\"*\"]: input should be 'never'"),
+    (
+        "disabled-string",
+        servers(a={"command": "x", "disabled": "yes"}),
+        "mcpServers.a.disabled: expected true or false",
+    ),
+    (
+        "trust-level",
+        servers(a={"command": "x", "trust": {"*": "maybe"}}),
+        "mcpServers.a.trust[\"*\"]: input should be 'never'",
+    ),
     ("trust-pattern", servers(a={"command": "x", "trust": {"a b": "ask"}}), "bad pattern 'a b'"),
     ("tools-list", servers(a={"command": "x", "tools": ["a"]}), "mcpServers.a.tools: expected an object"),
-    ("tools-key", servers(a={"command": "x", "tools": {"alow": []}}), "tools.alow: unknown key 'alow' (did you mean 'allow'?)"),
-    ("tools-glob", servers(a={"command": "x", "tools": {"deny": ["x y"]}}), "mcpServers.a.tools.deny: bad pattern 'x y'"),
+    (
+        "tools-key",
+        servers(a={"command": "x", "tools": {"alow": []}}),
+        "tools.alow: unknown key 'alow' (did you mean 'allow'?)",
+    ),
+    (
+        "tools-glob",
+        servers(a={"command": "x", "tools": {"deny": ["x y"]}}),
+        "mcpServers.a.tools.deny: bad pattern 'x y'",
+    ),
     ("tools-bracket", servers(a={"command": "x", "tools": {"deny": ["[ab"]}}), "unbalanced [ ]"),
     ("url-scheme", servers(a={"url": "ftp://h/mcp"}), "mcpServers.a: `url` must start with http:// or https://"),
-    ("url-with-args", servers(a={"url": "http://h/mcp", "args": ["x"]}), "`args`, `env` and `cwd` are for stdio servers"),
+    (
+        "url-with-args",
+        servers(a={"url": "http://h/mcp", "args": ["x"]}),
+        "`args`, `env` and `cwd` are for stdio servers",
+    ),
     ("command-with-headers", servers(a={"command": "x", "headers": {"A": "b"}}), "`headers` are for HTTP servers"),
     ("type-sse", servers(a={"url": "http://h/sse", "type": "sse"}), "mcpServers.a.type: input should be 'stdio'"),
     ("type-mismatch", servers(a={"command": "x", "type": "http"}), 'has `command` but `"type": "http"`'),
-    ("trust-dotted", servers(a={"command": "x", "trust": {"a.run": "ask"}}), "has a dot: write the server's own tool name ('run')"),
+    (
+        "trust-dotted",
+        servers(a={"command": "x", "trust": {"a.run": "ask"}}),
+        "has a dot: write the server's own tool name ('run')",
+    ),
     ("newline-in-name", servers(**{"a\nb": {"command": "x"}}), "mcpServers[\"a\\nb\"]: bad server name 'a\\nb'"),
     ("newline-in-key", servers(a={"com\nmand": "x"}), "mcpServers.a[\"com\\nmand\"]: unknown key 'com\\nmand'"),
-    ("newline-in-env-key", servers(a={"command": "x", "env": {"A\nB": 1}}), "mcpServers.a.env[\"A\\nB\"]: expected a string"),
+    (
+        "newline-in-env-key",
+        servers(a={"command": "x", "env": {"A\nB": 1}}),
+        'mcpServers.a.env["A\\nB"]: expected a string',
+    ),
     ("empty-after-expansion", servers(a={"command": "${UNSET:-}"}), "mcpServers.a.command: must not be empty"),
-    ("bad-url-after-expansion", servers(a={"url": "${HOME}"}), "`url` must start with http:// or https://, got '/home/u'"),
-    ("huge-number", '{"mcpServers": {"a": {"command": "x", "timeout": ' + "9" * 5000 + "}}}", "servers.json: invalid JSON: Exceeds"),
+    (
+        "bad-url-after-expansion",
+        servers(a={"url": "${HOME}"}),
+        "`url` must start with http:// or https://, got '/home/u'",
+    ),
+    (
+        "huge-number",
+        '{"mcpServers": {"a": {"command": "x", "timeout": ' + "9" * 5000 + "}}}",
+        "servers.json: invalid JSON: Exceeds",
+    ),
     ("deep-nesting", '{"mcpServers": ' + "[" * 100_000 + "]" * 100_000 + "}", "servers.json: invalid JSON"),
     ("duplicate-server", '{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}', "key 'a' appears twice"),
 ]
@@ -155,7 +199,8 @@ def test_a_bad_setting_names_its_variable(
 
 
 @pytest.mark.parametrize(
-    ("value", "enabled"), [(None, ["image_gen"]), ("", []), ("image_gen", ["image_gen"]), (" image_gen , ", ["image_gen"])]
+    ("value", "enabled"),
+    [(None, ["image_gen"]), ("", []), ("image_gen", ["image_gen"]), (" image_gen , ", ["image_gen"])],
 )
 def test_internal_tools_setting(monkeypatch: pytest.MonkeyPatch, value: str | None, enabled: list[str]) -> None:
     if value is None:

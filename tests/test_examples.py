@@ -20,7 +20,11 @@ def test_the_example_servers_json_checks_out() -> None:
     environ = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"}
     result = subprocess.run(
         [sys.executable, "-m", "meta_agent", "check", "--config", "examples/servers.json"],
-        cwd=ROOT, capture_output=True, text=True, env=environ, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     states = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()[1:]}
@@ -34,7 +38,9 @@ def test_the_claude_desktop_entry_is_valid_json() -> None:
 
 def test_the_stdio_driver_prints_progress_and_the_answer(tmp_path: Path) -> None:
     config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {"time": {"command": sys.executable, "args": ["-m", "mcp_server_time"]}}}))
+    config.write_text(
+        json.dumps({"mcpServers": {"time": {"command": sys.executable, "args": ["-m", "mcp_server_time"]}}})
+    )
     with FakeLLM() as llm:
         llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Asia/Tokyo"})))
         llm.reply(openai_reply("Evening in Tokyo."))
@@ -46,7 +52,10 @@ def test_the_stdio_driver_prints_progress_and_the_answer(tmp_path: Path) -> None
         }
         result = subprocess.run(
             [sys.executable, str(ROOT / "examples" / "drive_stdio.py"), "Time in Tokyo?", "--config", str(config)],
-            capture_output=True, text=True, env=environ, timeout=120,
+            capture_output=True,
+            text=True,
+            env=environ,
+            timeout=120,
         )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Evening in Tokyo.\n"

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import base64
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import openai_env
+from fake_llm import FakeLLM, error_body, images_reply
+from fault_server import TINY_PNG
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from fake_llm import FakeLLM, error_body, images_reply  # noqa: E402
-from fault_server import TINY_PNG  # noqa: E402
-
-from meta_agent.errors import ImageGenError, ProviderAuthError, ProviderUnavailable  # noqa: E402
-from meta_agent.image_gen import IMAGE_GEN, INTERNAL_TOOLS, image_gen_tool  # noqa: E402
-from meta_agent.messages import ImagePart, TextPart  # noqa: E402
+from meta_agent.errors import ImageGenError, ProviderAuthError, ProviderUnavailable
+from meta_agent.image_gen import IMAGE_GEN, INTERNAL_TOOLS, image_gen_tool
+from meta_agent.messages import ImagePart, TextPart
 
 pytestmark = pytest.mark.anyio
 FAST_RETRY = {"retry_after_ms": "1"}  # the SDK honours retry-after-ms, so its retries take no time
@@ -25,16 +21,6 @@ GPT_IMAGE = "openai:gpt-image-1"
 ONE_TO_TEN = "an integer from 1 to 10"
 ANY_SIZE = "WIDTHxHEIGHT (positive integers) or auto"
 LONG_PROMPT = "a lighthouse on a cliff at dusk, " * 4
-
-
-@pytest.fixture
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as fake:
-        yield fake
-
-
-def openai_env(llm: FakeLLM) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-test"}
 
 
 async def test_two_images_over_http(llm: FakeLLM) -> None:

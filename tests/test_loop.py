@@ -26,7 +26,7 @@ from meta_agent.messages import (
     Usage,
 )
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.toolbox import InternalTool, ToolCaller, ToolHints, ToolOutcome, Toolbox, ToolSpec
+from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolHints, ToolOutcome, ToolSpec
 
 pytestmark = pytest.mark.anyio
 _ids = itertools.count(1)
@@ -38,7 +38,9 @@ def anyio_backend() -> str:
 
 
 async def _fake_image(arguments: Mapping[str, Any]) -> ToolOutcome:
-    return ToolOutcome(parts=(TextPart(text=f"made {arguments['prompt']}"), ImagePart(data="AAAA", mime_type="image/png")))
+    return ToolOutcome(
+        parts=(TextPart(text=f"made {arguments['prompt']}"), ImagePart(data="AAAA", mime_type="image/png"))
+    )
 
 
 PAINT = InternalTool(
@@ -136,7 +138,9 @@ async def test_a_plain_answer(pool: ChildPool) -> None:
 
 
 async def test_thinking_becomes_an_event(pool: ChildPool) -> None:
-    thought = ModelResponse(text="yes", thinking=(ThinkingPart(text="weighing it"), ThinkingPart(text="", redacted=True)))
+    thought = ModelResponse(
+        text="yes", thinking=(ThinkingPart(text="weighing it"), ThinkingPart(text="", redacted=True))
+    )
     _, _, rec = await go(pool, [thought])
     assert [(e.step, e.text) for e in rec.of(ev.Thinking)] == [(1, "weighing it")]
     assert rec.kinds().index("thinking") < rec.kinds().index("model_responded")
@@ -151,7 +155,11 @@ async def test_a_tool_step_then_the_answer(pool: ChildPool) -> None:
     assert "Asia/Tokyo" in text and not is_error
     assert [s.index for s in result.steps] == [1, 2]
     [record] = result.steps[0].tool_calls
-    assert (record.name, dict(record.arguments), record.ok) == ("time.get_current_time", {"timezone": "Asia/Tokyo"}, True)
+    assert (record.name, dict(record.arguments), record.ok) == (
+        "time.get_current_time",
+        {"timezone": "Asia/Tokyo"},
+        True,
+    )
     assert rec.kinds() == [
         "run_started",
         "model_turn_started",
@@ -226,7 +234,11 @@ async def test_the_step_limit_ends_with_a_last_turn_without_tools(pool: ChildPoo
 
 
 async def test_the_token_budget(pool: ChildPool) -> None:
-    script = [reply("", call("f__echo", text="a"), tokens=(80, 20)), reply("", call("f__echo", text="b"), tokens=(80, 20)), reply("enough")]
+    script = [
+        reply("", call("f__echo", text="a"), tokens=(80, 20)),
+        reply("", call("f__echo", text="b"), tokens=(80, 20)),
+        reply("enough"),
+    ]
     result, _, _ = await go(pool, script, limits=Limits(token_budget=150))
     assert (result.stop_reason, result.answer) == ("token_budget", "enough")
     assert result.usage.input_tokens == 80 + 80 + 10
@@ -237,17 +249,24 @@ async def test_the_time_limit_cuts_a_slow_model_call_and_still_answers(pool: Chi
         await anyio.sleep_forever()
         raise AssertionError
 
-    result, provider, _ = await go(pool, [never_answers, reply("out of time, here is what I know")], limits=Limits(time_limit=0.3))
+    result, provider, _ = await go(
+        pool, [never_answers, reply("out of time, here is what I know")], limits=Limits(time_limit=0.3)
+    )
     assert (result.stop_reason, result.answer) == ("deadline", "out of time, here is what I know")
 
 
 async def test_the_time_limit_cuts_slow_tool_calls(pool: ChildPool) -> None:
     result, provider, _ = await go(
-        pool, [reply("", call("f__hang"), call("f__echo", text="fast")), reply("partial")], limits=Limits(time_limit=0.5)
+        pool,
+        [reply("", call("f__hang"), call("f__echo", text="fast")), reply("partial")],
+        limits=Limits(time_limit=0.5),
     )
     assert result.stop_reason == "deadline"
     # The cut calls get results too (every call needs one), then the last turn is asked for an answer.
-    assert tool_results(provider.requests[1], at=-2) == [("cancelled: the run's time limit passed", True), ("fast", False)]
+    assert tool_results(provider.requests[1], at=-2) == [
+        ("cancelled: the run's time limit passed", True),
+        ("fast", False),
+    ]
 
 
 async def test_too_many_calls_in_one_step_are_refused(pool: ChildPool) -> None:
@@ -292,7 +311,9 @@ async def test_heartbeats_and_child_progress_while_a_tool_is_slow(pool: ChildPoo
 
 
 async def test_ask_mode_sees_internal_tools_only_and_runs_one_without_a_second_turn(pool: ChildPool) -> None:
-    result, provider, _ = await go(pool, [reply("Here:", call("paint", prompt="a cat"), call("paint", prompt="a dog"))], mode="ask")
+    result, provider, _ = await go(
+        pool, [reply("Here:", call("paint", prompt="a cat"), call("paint", prompt="a dog"))], mode="ask"
+    )
     assert [t.name for t in provider.requests[0].tools] == ["paint"]
     assert result.answer == "Here:\n\nmade a cat"
     assert result.images == (ImagePart(data="AAAA", mime_type="image/png"),)
@@ -312,7 +333,11 @@ async def test_plan_mode_offers_read_only_tools_only(pool: ChildPool) -> None:
     ("alias", "approve", "expected"),
     [
         ("f__delete_file", None, "f.delete_file is blocked (trust level never, from trust 'delete_file')"),
-        ("slowpoke__delete_file", None, "slowpoke.delete_file needs the user's approval and this caller cannot be asked"),
+        (
+            "slowpoke__delete_file",
+            None,
+            "slowpoke.delete_file needs the user's approval and this caller cannot be asked",
+        ),
         ("slowpoke__delete_file", False, "the user did not allow slowpoke.delete_file this time"),
         ("slowpoke__delete_file", True, "deleted /tmp/x"),
     ],

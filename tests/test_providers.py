@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from conftest import free_port, time_entry
+from conftest import free_port, openai_env, time_entry
+from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply  # noqa: E402
-
-from meta_agent.children import ChildPool  # noqa: E402
-from meta_agent.errors import (  # noqa: E402
+from meta_agent.children import ChildPool
+from meta_agent.errors import (
     ModelNotConfigured,
     ProviderAuthError,
     ProviderBadRequest,
     ProviderRateLimited,
     ProviderUnavailable,
 )
-from meta_agent.loop import RunRequest, run  # noqa: E402
-from meta_agent.messages import (  # noqa: E402
+from meta_agent.loop import RunRequest, run
+from meta_agent.messages import (
     AssistantMessage,
     ImagePart,
     ModelRequest,
@@ -34,12 +29,14 @@ from meta_agent.messages import (  # noqa: E402
     ToolSchema,
     UserMessage,
 )
-from meta_agent.providers import make_provider, resolve_provider  # noqa: E402
-from meta_agent.toolbox import ToolCaller, Toolbox  # noqa: E402
+from meta_agent.providers import make_provider, resolve_provider
+from meta_agent.toolbox import Toolbox, ToolCaller
 
 pytestmark = pytest.mark.anyio
 FAST_RETRY = {"retry_after_ms": "1"}  # both SDKs honour retry-after-ms, so retries in tests take no time
-ECHO = ToolSchema(name="f__echo", description="Echo.", parameters={"type": "object", "properties": {"text": {"type": "string"}}})
+ECHO = ToolSchema(
+    name="f__echo", description="Echo.", parameters={"type": "object", "properties": {"text": {"type": "string"}}}
+)
 TRANSCRIPT = (
     UserMessage.of("look at this"),
     AssistantMessage(
@@ -56,16 +53,6 @@ TRANSCRIPT = (
     ),
     UserMessage.of("and now?"),
 )
-
-
-@pytest.fixture
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as fake:
-        yield fake
-
-
-def openai_env(llm: FakeLLM) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-test"}
 
 
 def anthropic_env(llm: FakeLLM) -> dict[str, str]:
@@ -89,7 +76,9 @@ async def test_openai_tool_calls_usage_and_request_shape(llm: FakeLLM) -> None:
     body = seen.body
     assert body["model"] == "gpt-5.5"
     assert body["tool_choice"] == "auto"
-    assert body["tools"] == [{"type": "function", "function": {"name": "f__echo", "description": "Echo.", "parameters": ECHO.parameters}}]
+    assert body["tools"] == [
+        {"type": "function", "function": {"name": "f__echo", "description": "Echo.", "parameters": ECHO.parameters}}
+    ]
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "user", "user"]
     assert body["messages"][2]["tool_calls"][0]["function"] == {"name": "f__echo", "arguments": '{"text": "x"}'}
@@ -105,7 +94,9 @@ async def test_openai_plain_answer_with_reasoning(llm: FakeLLM) -> None:
     llm.reply(openai_reply("42", reasoning="six times seven"))
     provider = make_provider("openai:gpt-5.5", openai_env(llm))
     try:
-        response = await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),), tool_choice="none"))
+        response = await provider.complete(
+            ModelRequest(system="s", messages=(UserMessage.of("q"),), tool_choice="none")
+        )
     finally:
         await provider.aclose()
     assert (response.text, response.tool_calls) == ("42", ())
@@ -116,13 +107,25 @@ async def test_openai_plain_answer_with_reasoning(llm: FakeLLM) -> None:
 @pytest.mark.parametrize(
     ("replies", "error", "message", "attempts"),
     [
-        ([(401, "Incorrect API key")], ProviderAuthError, "openai:gpt-5.5: the API key was refused (HTTP 401); check OPENAI_API_KEY", 1),
+        (
+            [(401, "Incorrect API key")],
+            ProviderAuthError,
+            "openai:gpt-5.5: the API key was refused (HTTP 401); check OPENAI_API_KEY",
+            1,
+        ),
         ([(429, "slow down")] * 3, ProviderRateLimited, "openai:gpt-5.5: rate limited (HTTP 429) after retries", 3),
         ([(500, "boom")] * 3, ProviderUnavailable, "openai:gpt-5.5: the provider failed (HTTP 500) after retries", 3),
-        ([(400, "context too long")], ProviderBadRequest, "openai:gpt-5.5: the request was refused (HTTP 400): context too long", 1),
+        (
+            [(400, "context too long")],
+            ProviderBadRequest,
+            "openai:gpt-5.5: the request was refused (HTTP 400): context too long",
+            1,
+        ),
     ],
 )
-async def test_openai_errors_are_typed_one_liners(llm: FakeLLM, replies: list, error: type, message: str, attempts: int) -> None:
+async def test_openai_errors_are_typed_one_liners(
+    llm: FakeLLM, replies: list, error: type, message: str, attempts: int
+) -> None:
     for status, text in replies:
         llm.reply(error_body(text), status, **FAST_RETRY)
     provider = make_provider("openai:gpt-5.5", openai_env(llm))
@@ -228,7 +231,9 @@ async def test_ollama_preset_and_discovery(llm: FakeLLM) -> None:
     assert provider.name == "ollama:qwen3:latest"
     llm.reply(openai_reply("from ollama"))
     try:
-        assert (await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))).text == "from ollama"
+        assert (
+            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
+        ).text == "from ollama"
     finally:
         await provider.aclose()
     assert llm.requests[0].path == "/v1/chat/completions"

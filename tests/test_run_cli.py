@@ -8,21 +8,14 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAULT_SERVER, TIME_COMMAND, free_port
+from conftest import FAULT_SERVER, TIME_COMMAND, free_port, openai_env
 from fake_llm import FakeLLM, error_body, openai_reply
 from test_cli import processes_with
 
 META_AGENT = [sys.executable, "-m", "meta_agent"]
-
-
-@pytest.fixture
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as fake:
-        yield fake
 
 
 @pytest.fixture
@@ -38,16 +31,6 @@ def config(tmp_path: Path, marker: str) -> Path:
     return path
 
 
-def env(llm: FakeLLM, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "META_AGENT_MODEL": "openai:fake-model",
-        "OPENAI_BASE_URL": f"{llm.url}/v1",
-        "OPENAI_API_KEY": "sk-test",
-        **extra,
-    }
-
-
 def run(config: Path, environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*META_AGENT, "run", *args, "--config", str(config)], capture_output=True, text=True, env=environ, timeout=120
@@ -57,7 +40,7 @@ def run(config: Path, environ: dict[str, str], *args: str) -> subprocess.Complet
 def test_the_answer_on_stdout_and_the_steps_on_stderr(llm: FakeLLM, config: Path, marker: str) -> None:
     llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Asia/Tokyo"})))
     llm.reply(openai_reply("It is evening in Tokyo."))
-    result = run(config, env(llm), "What time is it in Tokyo?")
+    result = run(config, openai_env(llm, model="openai:fake-model", base=os.environ), "What time is it in Tokyo?")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "It is evening in Tokyo.\n"
     lines = result.stderr.splitlines()
@@ -70,7 +53,14 @@ def test_the_answer_on_stdout_and_the_steps_on_stderr(llm: FakeLLM, config: Path
 
 def test_json_and_plan_mode(llm: FakeLLM, config: Path) -> None:
     llm.reply(openai_reply("1. Ask the clock.\n2. Tell the user."))
-    result = run(config, env(llm), "plan the time check", "--mode", "plan", "--json")
+    result = run(
+        config,
+        openai_env(llm, model="openai:fake-model", base=os.environ),
+        "plan the time check",
+        "--mode",
+        "plan",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     structured = json.loads(result.stdout)
     assert structured["answer"] == "1. Ask the clock.\n2. Tell the user."
@@ -83,7 +73,9 @@ def test_json_and_plan_mode(llm: FakeLLM, config: Path) -> None:
 def test_the_step_limit(llm: FakeLLM, config: Path) -> None:
     llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "again"})))
     llm.reply(openai_reply("Stopped after one step."))
-    result = run(config, env(llm), "loop", "--max-steps", "1", "--json")
+    result = run(
+        config, openai_env(llm, model="openai:fake-model", base=os.environ), "loop", "--max-steps", "1", "--json"
+    )
     assert json.loads(result.stdout)["stop_reason"] == "max_steps"
     lines = result.stderr.splitlines()
     assert lines[-3:] == [
@@ -102,8 +94,12 @@ def test_the_step_limit(llm: FakeLLM, config: Path) -> None:
         ({"META_AGENT_MODEL": "mistral:large"}, [], 2, "unknown provider 'mistral'"),
     ],
 )
-def test_bad_input_exits_2(llm: FakeLLM, config: Path, extra_env: dict, args: list[str], code: int, message: str) -> None:
-    environ = env(llm, OLLAMA_HOST=f"127.0.0.1:{free_port()}", **extra_env)
+def test_bad_input_exits_2(
+    llm: FakeLLM, config: Path, extra_env: dict, args: list[str], code: int, message: str
+) -> None:
+    environ = openai_env(
+        llm, model="openai:fake-model", base=os.environ, OLLAMA_HOST=f"127.0.0.1:{free_port()}", **extra_env
+    )
     if extra_env.get("META_AGENT_MODEL") == "":
         for key in ("META_AGENT_MODEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
             environ.pop(key, None)
@@ -117,7 +113,7 @@ def test_bad_input_exits_2(llm: FakeLLM, config: Path, extra_env: dict, args: li
 def test_a_provider_outage_exits_1(llm: FakeLLM, config: Path) -> None:
     for _ in range(3):
         llm.reply(error_body("down for maintenance"), 503, retry_after_ms="1")
-    result = run(config, env(llm), "task")
+    result = run(config, openai_env(llm, model="openai:fake-model", base=os.environ), "task")
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
         "meta-agent: openai:fake-model: the provider failed (HTTP 503) after retries: down for maintenance"
@@ -131,7 +127,7 @@ def test_ctrl_c_cancels_the_run_and_stops_the_children(llm: FakeLLM, config: Pat
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env(llm),
+        env=openai_env(llm, model="openai:fake-model", base=os.environ),
     )
     assert proc.stderr is not None
     for line in proc.stderr:  # wait until the run is inside the child's call

@@ -12,7 +12,7 @@ import anyio
 import mcp.types as t
 import pytest
 import structlog
-from conftest import fault_entry, free_port, time_entry
+from conftest import ProgressLog, fault_entry, free_port, openai_env, time_entry
 from fake_llm import FakeLLM, error_body, images_reply, openai_reply
 from fault_server import TINY_PNG
 from mcp import Client
@@ -36,10 +36,6 @@ def llm() -> Iterator[FakeLLM]:
         yield fake
 
 
-def environ(llm: FakeLLM, **extra: str) -> dict[str, str]:
-    return {"OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-test", **extra}
-
-
 SERVERS = {
     "f": fault_entry(trust={"delete_file": "never"}),
     "time": time_entry(),
@@ -49,31 +45,11 @@ SERVERS = {
 @pytest.fixture(scope="module", params=ERAS)
 async def client(request: pytest.FixtureRequest, llm: FakeLLM) -> AsyncIterator[Client]:
     """One server (its children started once) per era for the module."""
-    server = build_server(Settings(model="openai:fake-model"), SERVERS, environ(llm))
+    server = build_server(Settings(model="openai:fake-model"), SERVERS, openai_env(llm))
     mode = "legacy" if request.param == "legacy" else "auto"
     async with Client(server, mode=mode) as connected:
         assert connected.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
         yield connected
-
-
-class ProgressLog:
-    def __init__(self) -> None:
-        self.seen: list[tuple[float, float | None, str | None]] = []
-        self.changed = anyio.Event()
-
-    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        self.seen.append((progress, total, message))
-        self.changed.set()
-        self.changed = anyio.Event()
-
-    @property
-    def messages(self) -> list[str]:
-        return [m or "" for _, _, m in self.seen]
-
-    async def until(self, text: str) -> None:
-        with anyio.fail_after(30):
-            while not any(text in m for m in self.messages):
-                await self.changed.wait()
 
 
 def text_of(result: t.CallToolResult) -> str:
@@ -87,9 +63,18 @@ async def test_the_tools_and_their_annotations(client: Client) -> None:
     assert agent.title == "Run an agent"
     assert agent.annotations and agent.annotations.read_only_hint is False and agent.annotations.destructive_hint
     assert tools["plan"].annotations and tools["plan"].annotations.read_only_hint is True
-    assert set(agent.input_schema["properties"]) == {"task", "tools", "max_steps", "token_budget", "plan", "conversation_id"}
+    assert set(agent.input_schema["properties"]) == {
+        "task",
+        "tools",
+        "max_steps",
+        "token_budget",
+        "plan",
+        "conversation_id",
+    }
     assert agent.input_schema["required"] == ["task"]
-    assert agent.output_schema and {"answer", "stop_reason", "run_id", "steps", "usage"} <= set(agent.output_schema["properties"])
+    assert agent.output_schema and {"answer", "stop_reason", "run_id", "steps", "usage"} <= set(
+        agent.output_schema["properties"]
+    )
 
 
 async def test_agent_answers_with_text_structure_and_progress(client: Client, llm: FakeLLM) -> None:
@@ -136,7 +121,10 @@ async def test_child_progress_and_a_failed_tool_in_progress(client: Client, llm:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"task": "t", "tools": ["nope.*"]}, "tools: pattern 'nope.*' matches no tool (the tools are: image_gen, f.echo"),
+        (
+            {"task": "t", "tools": ["nope.*"]},
+            "tools: pattern 'nope.*' matches no tool (the tools are: image_gen, f.echo",
+        ),
         ({"task": "t", "tools": ["bad pattern"]}, "bad pattern 'bad pattern'"),
         ({"task": "t", "max_steps": 500}, "max_steps: 500 is outside 1..50 (META_AGENT_MAX_STEPS_CEILING)"),
         ({"task": "t", "conversation_id": "c-1"}, "conversation_id: unknown conversation 'c-1'"),
@@ -191,7 +179,7 @@ async def test_cancelling_the_call_cancels_the_child_call(era: str, llm: FakeLLM
         raise structlog.DropEvent
 
     llm.reply(openai_reply(None, ("c1", "f__hang", {})))
-    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, environ(llm))
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
     old = structlog.get_config()
     structlog.configure(processors=[watch])
     try:
@@ -214,7 +202,7 @@ async def test_cancelling_the_call_cancels_the_child_call(era: str, llm: FakeLLM
 
 async def test_image_gen_directly_and_through_ask(llm: FakeLLM) -> None:
     server = build_server(
-        Settings(model="openai:fake-model", image_model="openai:gpt-image-2.5-flare"), {}, environ(llm)
+        Settings(model="openai:fake-model", image_model="openai:gpt-image-2.5-flare"), {}, openai_env(llm)
     )
     async with Client(server) as client:
         llm.reply(images_reply(PNG))
@@ -271,9 +259,13 @@ async def test_the_hosts_model_through_sampling_on_a_legacy_session() -> None:
         asked.append(params)
         if len(asked) == 1:
             use = t.ToolUseContent(type="tool_use", id="u1", name="time__get_current_time", input={"timezone": "UTC"})
-            return t.CreateMessageResultWithTools(role="assistant", content=[use], model="host-model", stop_reason="toolUse")
+            return t.CreateMessageResultWithTools(
+                role="assistant", content=[use], model="host-model", stop_reason="toolUse"
+            )
         text = t.TextContent(type="text", text="It is noon (UTC), says the host's model.")
-        return t.CreateMessageResultWithTools(role="assistant", content=[text], model="host-model", stop_reason="endTurn")
+        return t.CreateMessageResultWithTools(
+            role="assistant", content=[text], model="host-model", stop_reason="endTurn"
+        )
 
     server = build_server(Settings(), {"time": time_entry()}, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
     caps = t.SamplingCapability(tools=t.SamplingToolsCapability())

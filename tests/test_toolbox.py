@@ -11,7 +11,7 @@ from meta_agent.children import ChildPool
 from meta_agent.config import ToolFilter
 from meta_agent.errors import PatternError
 from meta_agent.image_gen import IMAGE_GEN
-from meta_agent.toolbox import ALIAS, ToolHints, Toolbox, ToolSpec, alias_for
+from meta_agent.toolbox import ALIAS, Toolbox, ToolHints, ToolSpec, alias_for
 
 LONG = "x" * 70
 
@@ -128,8 +128,18 @@ async def test_a_toolbox_of_real_children() -> None:
     assert box.by_name["every.echo"].trust == "never"
     assert box.by_name["every.toggle-simulated-logging"].trust_source == "trust 'toggle-*'"
     destructive = box.by_name["f.delete_file"]
-    assert destructive.hints.destructive_hint and (destructive.trust, destructive.trust_source) == ("ask", "not read-only")
+    assert destructive.hints.destructive_hint and (destructive.trust, destructive.trust_source) == (
+        "ask",
+        "not read-only",
+    )
     assert {s.name for s in box.tools if s.server == "f"} == {
-        "f.echo", "f.pid", "f.slow", "f.huge", "f.delete_file", "f.mutate", "f.peak", "f.image"
+        "f.echo",
+        "f.pid",
+        "f.slow",
+        "f.huge",
+        "f.delete_file",
+        "f.mutate",
+        "f.peak",
+        "f.image",
     }
     assert all(ALIAS.fullmatch(s.alias) for s in box.tools)

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from conftest import EVERYTHING, FAULT_SERVER, free_port
+from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -45,42 +45,16 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def serve_env(llm: FakeLLM, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "META_AGENT_MODEL": "openai:fake-model",
-        "OPENAI_BASE_URL": f"{llm.url}/v1",
-        "OPENAI_API_KEY": "sk-test",
-        **extra,
-    }
-
-
-class Progress:
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-        self.changed = anyio.Event()
-
-    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        self.messages.append(message or "")
-        self.changed.set()
-        self.changed = anyio.Event()
-
-    async def until(self, text: str) -> None:
-        with anyio.fail_after(30):
-            while not any(text in m for m in self.messages):
-                await self.changed.wait()
-
-
 async def agent_round(client: Client, llm: FakeLLM) -> None:
     llm.reply(openai_reply(None, ("c1", "every__echo", {"message": "hi"})))
     llm.reply(openai_reply("echoed"))
-    progress = Progress()
+    progress = ProgressLog()
     result = await client.call_tool("agent", {"task": "echo hi"}, progress_callback=progress)
     assert not result.is_error, result.content
     assert result.content[0].text == "echoed"  # type: ignore[union-attr]
     assert result.structured_content and result.structured_content["steps"][0]["tool_calls"][0]["name"] == "every.echo"
     assert progress.messages[-1] == "done · final (2 model calls, 1 tool call)"
-    assert "step 1 · call every.echo {\"message\": \"hi\"}" in progress.messages
+    assert 'step 1 · call every.echo {"message": "hi"}' in progress.messages
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -93,7 +67,9 @@ async def test_stdio_subprocess(mode: str, llm: FakeLLM, config: Path) -> None:
             stray.append(message)
 
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "meta_agent", "serve", "--config", str(config)], env=serve_env(llm)
+        command=sys.executable,
+        args=["-m", "meta_agent", "serve", "--config", str(config)],
+        env=openai_env(llm, model="openai:fake-model", base=os.environ),
     )
     async with Client(params, mode=mode, message_handler=on_message) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
@@ -134,8 +110,19 @@ class ServerLog:
 def http_server(llm: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "meta_agent", "serve", "--transport", "http", "--port", str(port), "--config", str(config)],
-        env=serve_env(llm, META_AGENT_HTTP_TOKEN=TOKEN),
+        [
+            sys.executable,
+            "-m",
+            "meta_agent",
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--config",
+            str(config),
+        ],
+        env=openai_env(llm, model="openai:fake-model", base=os.environ, META_AGENT_HTTP_TOKEN=TOKEN),
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -169,7 +156,7 @@ async def test_http_cancel_reaches_the_child(mode: str, http_server: tuple[str, 
     llm.reply(openai_reply(None, ("c1", "f__hang", {})))
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
         async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
-            progress = Progress()
+            progress = ProgressLog()
             async with anyio.create_task_group() as tg:
 
                 async def call() -> None:

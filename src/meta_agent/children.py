@@ -169,7 +169,9 @@ class ChildServer:
             if exc.code == t.REQUEST_TIMEOUT:
                 self._ask_supervisor(probe=f"{tool} timed out")  # a stuck child is restarted, not waited on again
                 raise ChildTimeout(self.name, f"{tool} took longer than {timeout:g} s and was cancelled") from None
-            raise ChildProtocolError(self.name, f"{tool} failed: {_one_line(exc.message)} (JSON-RPC error {exc.code})") from None
+            raise ChildProtocolError(
+                self.name, f"{tool} failed: {_one_line(exc.message)} (JSON-RPC error {exc.code})"
+            ) from None
         except pydantic.ValidationError as exc:
             raise ChildProtocolError(self.name, f"{tool} returned a malformed result: {_first_error(exc)}") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, httpx2.TransportError) as exc:
@@ -410,7 +412,9 @@ class ChildServer:
             return f"{text}; it wrote non-protocol output to stdout ({self._bad_output})"
         if self._stderr:
             # The last line that looks like an error says more than a runtime's closing banner.
-            telling = [line for line in self._stderr if re.search(r"error|exception|fatal|refus|denied|not found", line, re.I)]
+            telling = [
+                line for line in self._stderr if re.search(r"error|exception|fatal|refus|denied|not found", line, re.I)
+            ]
             return f"{text}; its stderr ended with: {(telling or list(self._stderr))[-1]}"
         return text
 

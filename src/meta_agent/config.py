@@ -94,9 +94,8 @@ class ServerEntry(_Strict):
         for pattern in value:
             check_glob(pattern)
             if "." in pattern:
-                raise ValueError(
-                    f"trust pattern {pattern!r} has a dot: write the server's own tool name ({pattern.split('.', 1)[1]!r})"
-                )
+                own = pattern.split(".", 1)[1]
+                raise ValueError(f"trust pattern {pattern!r} has a dot: write the server's own tool name ({own!r})")
         return value
 
     @field_validator("command", "url")

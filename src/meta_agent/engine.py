@@ -17,7 +17,7 @@ from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.loop import Approve, Emit, RunRequest, run
 from meta_agent.messages import Message
 from meta_agent.providers import Provider, resolve_provider
-from meta_agent.toolbox import InternalTool, ToolCaller, Toolbox, ToolSpec
+from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec
 
 
 class Engine:
@@ -98,7 +98,9 @@ class Engine:
         limits = self._limits(mode, max_steps, token_budget)
         provider = sampling if sampling is not None and not self.settings.model else await self._model()
         await self.pool.wait_settled()  # a child still starting would otherwise be missing from the tools
-        request = RunRequest(task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history)
+        request = RunRequest(
+            task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history
+        )
         options: dict[str, Any] = {"emit": emit} if emit is not None else {}
         return await run(request, provider=provider, tools=self.caller, approve=approve, **options)
 

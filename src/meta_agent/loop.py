@@ -333,7 +333,8 @@ class _Run:
         decision = decide(self.request.mode, spec.trust)
         where = f'"trust": {{"{spec.tool}": ...}} of server "{spec.server}" in servers.json' if spec.server else ""
         if decision == "deny":
-            return f"{spec.name} is blocked (trust level never, from {spec.trust_source}); a user can allow it with {where}"
+            blocked = f"{spec.name} is blocked (trust level never, from {spec.trust_source})"
+            return f"{blocked}; a user can allow it with {where}"
         if decision == "ask":
             if self.approve is None:
                 return (
@@ -406,7 +407,9 @@ class _Run:
 
     def _refused(self, call: ToolCall, why: str) -> tuple[ToolResult, ToolCallRecord]:
         result = ToolResult(call_id=call.id, name=call.name, parts=(TextPart(text=why),), is_error=True)
-        record = ToolCallRecord(name=self._name_of(call.name), arguments=call.arguments, ok=False, duration_ms=0, error=why)
+        record = ToolCallRecord(
+            name=self._name_of(call.name), arguments=call.arguments, ok=False, duration_ms=0, error=why
+        )
         return result, record
 
     def _name_of(self, alias: str) -> str:

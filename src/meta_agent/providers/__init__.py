@@ -1,10 +1,10 @@
 """Model providers: one module per wire format behind one `Provider` protocol, resolved from `provider:model`.
 
-    openai:MODEL     the official openai SDK, Chat Completions with tools (OPENAI_API_KEY, OPENAI_BASE_URL)
-    ollama:MODEL     the same adapter at Ollama's OpenAI-compatible /v1 (OLLAMA_HOST)
-    gemini:MODEL     the same adapter at Gemini's OpenAI-compatible endpoint (GEMINI_API_KEY)
-    anthropic:MODEL  the official anthropic SDK, Messages with tools (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL)
-    sampling         the host's own model through MCP sampling (given by the MCP front)
+openai:MODEL     the official openai SDK, Chat Completions with tools (OPENAI_API_KEY, OPENAI_BASE_URL)
+ollama:MODEL     the same adapter at Ollama's OpenAI-compatible /v1 (OLLAMA_HOST)
+gemini:MODEL     the same adapter at Gemini's OpenAI-compatible endpoint (GEMINI_API_KEY)
+anthropic:MODEL  the official anthropic SDK, Messages with tools (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL)
+sampling         the host's own model through MCP sampling (given by the MCP front)
 """
 
 from __future__ import annotations
@@ -130,7 +130,11 @@ async def resolve_provider(
         return make_provider(spec, environ, sampling=sampling)
     if sampling is not None:
         return sampling
-    for provider, key in (("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY"), ("gemini", "GEMINI_API_KEY")):
+    for provider, key in (
+        ("openai", "OPENAI_API_KEY"),
+        ("anthropic", "ANTHROPIC_API_KEY"),
+        ("gemini", "GEMINI_API_KEY"),
+    ):
         if environ.get(key):
             return make_provider(f"{provider}:{DEFAULT_MODELS[provider]}", environ)
     model = await _ollama_model(environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)

@@ -135,9 +135,7 @@ def _response(message: Any) -> ModelResponse:
         elif block.type == "redacted_thinking":
             thinking.append(ThinkingPart(text="", signature=block.data, redacted=True))
     usage = message.usage
-    input_tokens = (
-        usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
-    )
+    input_tokens = usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
     return ModelResponse(
         text="\n".join(texts),
         tool_calls=tuple(calls),

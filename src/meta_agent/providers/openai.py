@@ -56,7 +56,10 @@ class OpenAIProvider:
         arguments: dict[str, Any] = {"model": self._model, "messages": _messages(request)}
         if request.tools:
             arguments["tools"] = [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
                 for t in request.tools
             ]
             arguments["tool_choice"] = request.tool_choice
