@@ -11,6 +11,7 @@ import pytest
 from conftest import fault_entry, time_entry
 
 from meta_agent import events as ev
+from meta_agent.calls import Verdict
 from meta_agent.children import ChildPool
 from meta_agent.errors import ProviderUnavailable, ScriptError
 from meta_agent.limits import Limits
@@ -113,7 +114,7 @@ async def go(
         provider=provider,
         tools=ToolCaller(pool.children, [PAINT]),
         emit=recorder,
-        **{k: v for k, v in options.items() if k in ("approve", "heartbeat_interval")},
+        **{k: v for k, v in options.items() if k in ("approver", "heartbeat_interval")},
     )
     provider.assert_done()
     return result, provider, recorder
@@ -329,8 +330,28 @@ async def test_plan_mode_offers_read_only_tools_only(pool: ChildPool) -> None:
     assert result.answer == "1. look\n2. act"
 
 
+class ScriptedApprover:
+    """Answers every question with `verdict`; remembers tools when told to (like "allow for this session")."""
+
+    def __init__(self, verdict: Verdict | None, *, remember: bool = False) -> None:
+        self.verdict = verdict
+        self.remember = remember
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+        self.allowed: set[str] = set()
+
+    def remembered(self, spec: ToolSpec) -> bool:
+        return spec.name in self.allowed
+
+    async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        assert self.verdict is not None
+        self.asked.append((spec.name, dict(arguments)))
+        if self.remember and self.verdict.allowed:
+            self.allowed.add(spec.name)
+        return self.verdict
+
+
 @pytest.mark.parametrize(
-    ("alias", "approve", "expected"),
+    ("alias", "verdict", "expected"),
     [
         ("f__delete_file", None, "f.delete_file is blocked (trust level never, from trust 'delete_file')"),
         (
@@ -338,22 +359,42 @@ async def test_plan_mode_offers_read_only_tools_only(pool: ChildPool) -> None:
             None,
             "slowpoke.delete_file needs the user's approval and this caller cannot be asked",
         ),
-        ("slowpoke__delete_file", False, "the user did not allow slowpoke.delete_file this time"),
-        ("slowpoke__delete_file", True, "deleted /tmp/x"),
+        ("slowpoke__delete_file", Verdict(False, "denied"), "the user did not allow slowpoke.delete_file (denied)"),
+        (
+            "slowpoke__delete_file",
+            Verdict(False, "cancelled"),
+            "the user did not allow slowpoke.delete_file (cancelled)",
+        ),
+        ("slowpoke__delete_file", Verdict(True, "allowed once"), "deleted /tmp/x"),
     ],
 )
-async def test_trust_levels_gate_calls(pool: ChildPool, alias: str, approve: bool | None, expected: str) -> None:
-    asked: list[str] = []
-
-    async def approver(spec: ToolSpec, arguments: Mapping[str, Any]) -> bool:
-        asked.append(spec.name)
-        return bool(approve)
-
-    options = {} if approve is None else {"approve": approver}
-    _, provider, _ = await go(pool, [reply("", call(alias, path="/tmp/x")), reply("ok")], **options)
+async def test_trust_levels_gate_calls(pool: ChildPool, alias: str, verdict: Verdict | None, expected: str) -> None:
+    approver = ScriptedApprover(verdict)
+    options = {} if verdict is None else {"approver": approver}
+    _, provider, rec = await go(pool, [reply("", call(alias, path="/tmp/x")), reply("ok")], **options)
     [(text, _)] = tool_results(provider.requests[1])
     assert text.startswith(expected)
-    assert asked == ([] if approve is None else ["slowpoke.delete_file"])
+    asked = [] if verdict is None or alias.startswith("f__") else [("slowpoke.delete_file", {"path": "/tmp/x"})]
+    assert approver.asked == asked
+    # every question and answer is an event
+    assert [(e.name, e.arguments) for e in rec.of(ev.ApprovalRequested)] == asked
+    answers = [(e.allowed, e.answer) for e in rec.of(ev.ApprovalAnswered)]
+    assert answers == ([] if not asked else [(verdict.allowed, verdict.answer)])  # type: ignore[union-attr]
+
+
+async def test_allowed_for_the_session_is_not_asked_again(pool: ChildPool) -> None:
+    approver = ScriptedApprover(Verdict(True, "allowed for this session"), remember=True)
+    script = [
+        reply("", call("slowpoke__delete_file", path="/a")),
+        reply("", call("slowpoke__delete_file", path="/b")),
+        reply("done"),
+    ]
+    _, _, rec = await go(pool, script, approver=approver)
+    assert approver.asked == [("slowpoke.delete_file", {"path": "/a"})]
+    assert [e.answer for e in rec.of(ev.ApprovalAnswered)] == [
+        "allowed for this session",
+        "already allowed for this session",
+    ]
 
 
 async def test_images_become_placeholders_for_a_model_without_image_input(pool: ChildPool) -> None:

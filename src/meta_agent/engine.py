@@ -8,13 +8,14 @@ import fnmatch
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from meta_agent.calls import Approver
 from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.errors import ConfigError, PatternError
 from meta_agent.events import Mode, RunResult
 from meta_agent.image_gen import INTERNAL_TOOLS, image_gen_tool
 from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
-from meta_agent.loop import Approve, Emit, RunRequest, run
+from meta_agent.loop import Emit, RunRequest, run
 from meta_agent.messages import Message
 from meta_agent.providers import Provider, resolve_provider
 from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec
@@ -84,7 +85,7 @@ class Engine:
         max_steps: int | None = None,
         token_budget: int | None = None,
         emit: Emit | None = None,
-        approve: Approve | None = None,
+        approver: Approver | None = None,
         sampling: Provider | None = None,
         history: tuple[Message, ...] = (),
     ) -> RunResult:
@@ -102,7 +103,7 @@ class Engine:
             task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history
         )
         options: dict[str, Any] = {"emit": emit} if emit is not None else {}
-        return await run(request, provider=provider, tools=self.caller, approve=approve, **options)
+        return await run(request, provider=provider, tools=self.caller, approver=approver, **options)
 
     def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:
         """The tools of `mode` that `patterns` pick.

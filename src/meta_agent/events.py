@@ -156,6 +156,30 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ApprovalRequested:
+    """The user is being asked whether a tool may run."""
+
+    step: int
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+    kind: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalAnswered:
+    """What came of it: `answer` is "allowed once", "allowed for this session", "denied", "declined", "cancelled",
+    "already allowed for this session", or why nobody could be asked."""
+
+    step: int
+    call_id: str
+    name: str
+    allowed: bool
+    answer: str
+    kind: Literal["approval_answered"] = "approval_answered"
+
+
+@dataclass(frozen=True, kw_only=True)
 class LimitReached:
     step: int
     limit: StopReason
@@ -184,6 +208,8 @@ Event = (
     | ToolCallFinished
     | ChildProgress
     | Heartbeat
+    | ApprovalRequested
+    | ApprovalAnswered
     | LimitReached
     | RunFinished
     | RunFailed

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, assert_never
 
 import anyio
-import jsonschema
 import structlog
 from ulid import ULID
 
+from meta_agent import calls
 from meta_agent import events as ev
+from meta_agent.calls import Approver
 from meta_agent.errors import LimitExceeded, MetaAgentError, ProviderError
 from meta_agent.events import Mode, RunResult, RunUsage, StepRecord, StopReason, ToolCallRecord
 from meta_agent.limits import Limits
@@ -26,7 +27,6 @@ from meta_agent.messages import (
     ImagePart,
     Message,
     ModelRequest,
-    Part,
     TextPart,
     ToolCall,
     ToolMessage,
@@ -35,7 +35,6 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
-from meta_agent.policy import decide
 from meta_agent.providers import Provider
 from meta_agent.toolbox import ToolOutcome, ToolSpec
 
@@ -66,8 +65,6 @@ FINAL_TURN = (
 
 Emit = Callable[[ev.Event], Awaitable[None]]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
-# Asked before an `ask`-level tool runs; True runs it. (None: this caller cannot be asked.)
-Approve = Callable[[ToolSpec, Mapping[str, Any]], Awaitable[bool]]
 
 
 class ToolRunner(Protocol):
@@ -116,7 +113,7 @@ async def run(
     provider: Provider,
     tools: ToolRunner,
     emit: Emit = _ignore,
-    approve: Approve | None = None,
+    approver: Approver | None = None,
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
 ) -> RunResult:
     """Run one task to an answer.
@@ -125,7 +122,7 @@ async def run(
         ProviderError: the model provider failed (after a `RunFailed` event).
         Cancellation: re-raised after a `RunFinished` event with stop reason `cancelled`.
     """
-    return await _Run(request, provider, tools, emit, approve, heartbeat_interval).go()
+    return await _Run(request, provider, tools, emit, approver, heartbeat_interval).go()
 
 
 class _Run:
@@ -135,21 +132,21 @@ class _Run:
         provider: Provider,
         tools: ToolRunner,
         emit: Emit,
-        approve: Approve | None,
+        approver: Approver | None,
         heartbeat_interval: float,
     ) -> None:
         self.request = request
         self.provider = provider
         self.tools = tools
         self.emit = emit
-        self.approve = approve
+        self.approver = approver
         self.heartbeat_interval = heartbeat_interval
         self.by_alias = {spec.alias: spec for spec in request.tools}
         self.schemas = tuple(
             ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema)
             for spec in request.tools
         )
-        self.validators: dict[str, jsonschema.protocols.Validator] = {}
+        self.arguments = calls.ArgumentCheck()
         self.transcript: list[Message] = [*request.history, UserMessage.of(request.task)]
         self.usage = Usage()
         self.model_calls = 0
@@ -302,15 +299,19 @@ class _Run:
         spec = self.by_alias.get(call.name)
         if spec is None:
             known = ", ".join(sorted(self.by_alias)) or "none"
-            return _error(f"unknown tool {call.name!r}; the tools are: {known}")
+            return calls.error(f"unknown tool {call.name!r}; the tools are: {known}")
         if call.invalid_arguments:
-            return _error(f"the arguments for {spec.alias} were {call.invalid_arguments}; send a JSON object")
-        problem = self._invalid(spec, call.arguments)
+            return calls.error(f"the arguments for {spec.alias} were {call.invalid_arguments}; send a JSON object")
+        problem = self.arguments.problem(spec, call.arguments)
         if problem:
-            return _error(f"invalid arguments for {spec.alias}: {problem}")
-        refusal = await self._refusal(spec, call.arguments)
-        if refusal:
-            return _error(refusal)
+            return calls.error(f"invalid arguments for {spec.alias}: {problem}")
+        why_not = calls.blocked(spec, self.request.mode, self.approver)
+        if why_not:
+            return calls.error(why_not)
+        if calls.needs_approval(spec, self.request.mode):
+            verdict = await self._approval(step, call, spec)
+            if not verdict.allowed:
+                return calls.error(calls.refusal(spec, verdict))
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             await self.emit(
@@ -323,56 +324,30 @@ class _Run:
             async with self._one_at_a_time(spec, locks):
                 outcome = await self._beating(step, spec.name, self.tools.call(spec, call.arguments, on_progress))
         except MetaAgentError as exc:
-            return _error(str(exc))
+            return calls.error(str(exc))
         except Exception as exc:  # a bug in an internal tool must not end the run; the model is told, we log it
             log.exception("tool_crashed", tool=spec.name, run_id=self.request.run_id)
-            return _error(f"{spec.name} failed: {type(exc).__name__}: {exc}")
-        return self._for_model(spec, outcome)
+            return calls.error(f"{spec.name} failed: {type(exc).__name__}: {exc}")
+        if spec.internal:  # images an internal tool made (image_gen) go to the host with the answer
+            self.images.extend(part for part in outcome.parts if isinstance(part, ImagePart))
+        return calls.for_model(
+            outcome, accepts_images=self.provider.accepts_images, max_chars=self.request.max_result_chars
+        )
 
-    async def _refusal(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
-        decision = decide(self.request.mode, spec.trust)
-        where = f'"trust": {{"{spec.tool}": ...}} of server "{spec.server}" in servers.json' if spec.server else ""
-        if decision == "deny":
-            blocked = f"{spec.name} is blocked (trust level never, from {spec.trust_source})"
-            return f"{blocked}; a user can allow it with {where}"
-        if decision == "ask":
-            if self.approve is None:
-                return (
-                    f"{spec.name} needs the user's approval and this caller cannot be asked; "
-                    f'to run it without asking, set "always" in {where}'
-                )
-            if not await self.approve(spec, arguments):
-                return f"the user did not allow {spec.name} this time; do without it or ask the user"
-        return None
-
-    def _invalid(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
-        validator = self.validators.get(spec.alias)
-        if validator is None:
-            cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
-            validator = self.validators[spec.alias] = cls(spec.input_schema)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
-        if error is None:
-            return None
-        where = "/".join(str(p) for p in error.absolute_path)
-        return f"{where}: {error.message}" if where else error.message
-
-    def _for_model(self, spec: ToolSpec, outcome: ToolOutcome) -> ToolOutcome:
-        """Keep internal tools' images for the host; placeholders for images the model cannot take; cut long text."""
-        parts: list[Part] = []
-        budget = self.request.max_result_chars
-        for part in outcome.parts:
-            if isinstance(part, ImagePart):
-                if spec.internal:
-                    self.images.append(part)
-                if not self.provider.accepts_images:
-                    part = TextPart(text=f"[image: {part.mime_type}, {len(part.data) * 3 // 4} bytes, not shown]")
-            if isinstance(part, TextPart):
-                if len(part.text) > budget:
-                    cut = len(part.text) - budget
-                    part = TextPart(text=f"{part.text[:budget]}\n[... cut {cut:,} of {len(part.text):,} characters]")
-                budget = max(0, budget - len(part.text))
-            parts.append(part)
-        return ToolOutcome(parts=tuple(parts), is_error=outcome.is_error)
+    async def _approval(self, step: int, call: ToolCall, spec: ToolSpec) -> calls.Verdict:
+        """Ask the user (unless already allowed for the session); both the question and the answer are events."""
+        assert self.approver is not None  # calls.blocked refused the call otherwise
+        if self.approver.remembered(spec):
+            verdict = calls.Verdict(True, "already allowed for this session")
+        else:
+            await self.emit(ev.ApprovalRequested(step=step, call_id=call.id, name=spec.name, arguments=call.arguments))
+            verdict = await self.approver.ask(spec, call.arguments)
+        await self.emit(
+            ev.ApprovalAnswered(
+                step=step, call_id=call.id, name=spec.name, allowed=verdict.allowed, answer=verdict.answer
+            )
+        )
+        return verdict
 
     @asynccontextmanager
     async def _one_at_a_time(self, spec: ToolSpec, locks: dict[str, anyio.Lock]) -> AsyncIterator[None]:
@@ -386,24 +361,10 @@ class _Run:
     async def _beating(self, step: int, waiting_for: str, work: Awaitable[T]) -> T:
         """Await `work`; while it runs longer than the heartbeat interval, a heartbeat event repeats."""
 
-        async def beat() -> None:
-            started = anyio.current_time()
-            while True:
-                await anyio.sleep(self.heartbeat_interval)
-                elapsed = anyio.current_time() - started
-                await self.emit(ev.Heartbeat(step=step, waiting_for=waiting_for, elapsed_s=elapsed))
+        async def beat(elapsed: float) -> None:
+            await self.emit(ev.Heartbeat(step=step, waiting_for=waiting_for, elapsed_s=elapsed))
 
-        failure: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(beat)
-            try:
-                result = await work
-            except Exception as exc:  # raised again below, outside the task group, so it is not wrapped in a group
-                failure = exc
-            tg.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return result
+        return await calls.with_heartbeat(work, every=self.heartbeat_interval, beat=beat)
 
     def _refused(self, call: ToolCall, why: str) -> tuple[ToolResult, ToolCallRecord]:
         result = ToolResult(call_id=call.id, name=call.name, parts=(TextPart(text=why),), is_error=True)
@@ -437,10 +398,6 @@ class _Run:
             ),
             images=tuple(self.images),
         )
-
-
-def _error(text: str) -> ToolOutcome:
-    return ToolOutcome(parts=(TextPart(text=text),), is_error=True)
 
 
 def _ms_since(started: float) -> int:

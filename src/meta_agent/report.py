@@ -32,6 +32,10 @@ def describe(event: ev.Event) -> str | None:
             return f"step {step} · {name}: {_short(told, TEXT_SHOWN)}"
         case ev.Heartbeat(step=step, waiting_for=what, elapsed_s=elapsed):
             return f"step {step} · still waiting for {what} ({elapsed:.0f} s)"
+        case ev.ApprovalRequested(step=step, name=name, arguments=arguments):
+            return f"step {step} · asking the user to allow {name} {_arguments(arguments)}"
+        case ev.ApprovalAnswered(step=step, name=name, allowed=allowed, answer=answer):
+            return f"step {step} · {name} {'allowed' if allowed else 'not allowed'}: {answer}"
         case ev.LimitReached(step=step, limit=limit):
             return f"step {step} · limit {limit}: asking for a final answer"
         case ev.RunFinished(result=result):

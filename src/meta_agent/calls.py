@@ -1,0 +1,121 @@
+"""What the loop does around one tool call: argument checks, trust and approval, and shaping the result for the
+model. No I/O of its own; the approver is the caller's (the MCP front asks the host's user).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import jsonschema
+
+from meta_agent.events import Mode
+from meta_agent.messages import ImagePart, Part, TextPart
+from meta_agent.policy import decide
+from meta_agent.toolbox import ToolOutcome, ToolSpec
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The user's answer about one call; `answer` says it in words for the audit trail."""
+
+    allowed: bool
+    answer: str
+
+
+class Approver(Protocol):
+    """Asks the user whether an `ask`-level tool may run."""
+
+    def remembered(self, spec: ToolSpec) -> bool:
+        """Whether the user already allowed this tool for the rest of the session."""
+        ...
+
+    async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        """Ask, and wait for the answer. Never raises for a refusal: a deny, decline or cancel is a Verdict."""
+        ...
+
+
+def blocked(spec: ToolSpec, mode: Mode, approver: Approver | None) -> str | None:
+    """Why the call may not run without asking anyone, or None (it runs, or the user is to be asked)."""
+    decision = decide(mode, spec.trust)
+    where = f'"trust": {{"{spec.tool}": ...}} of server "{spec.server}" in servers.json' if spec.server else ""
+    if decision == "deny":
+        return f"{spec.name} is blocked (trust level never, from {spec.trust_source}); a user can allow it with {where}"
+    if decision == "ask" and approver is None:
+        return (
+            f"{spec.name} needs the user's approval and this caller cannot be asked; to run it without asking, "
+            f'set "always" in {where} or run `meta-agent trust {spec.name} always`'
+        )
+    return None
+
+
+def needs_approval(spec: ToolSpec, mode: Mode) -> bool:
+    return decide(mode, spec.trust) == "ask"
+
+
+def refusal(spec: ToolSpec, verdict: Verdict) -> str:
+    return f"the user did not allow {spec.name} ({verdict.answer}); do without it, or ask the user"
+
+
+class ArgumentCheck:
+    """Validates arguments against each tool's input schema; one validator per tool, built on first use."""
+
+    def __init__(self) -> None:
+        self._validators: dict[str, jsonschema.protocols.Validator] = {}
+
+    def problem(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
+        validator = self._validators.get(spec.name)
+        if validator is None:
+            cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
+            validator = self._validators[spec.name] = cls(spec.input_schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"{where}: {error.message}" if where else error.message
+
+
+def for_model(outcome: ToolOutcome, *, accepts_images: bool, max_chars: int) -> ToolOutcome:
+    """Placeholders for images the model cannot take; text beyond `max_chars` cut with a marker saying how much."""
+    parts: list[Part] = []
+    budget = max_chars
+    for part in outcome.parts:
+        if isinstance(part, ImagePart) and not accepts_images:
+            part = TextPart(text=f"[image: {part.mime_type}, {len(part.data) * 3 // 4} bytes, not shown]")
+        if isinstance(part, TextPart):
+            if len(part.text) > budget:
+                cut = len(part.text) - budget
+                part = TextPart(text=f"{part.text[:budget]}\n[... cut {cut:,} of {len(part.text):,} characters]")
+            budget = max(0, budget - len(part.text))
+        parts.append(part)
+    return ToolOutcome(parts=tuple(parts), is_error=outcome.is_error)
+
+
+def error(text: str) -> ToolOutcome:
+    return ToolOutcome(parts=(TextPart(text=text),), is_error=True)
+
+
+async def with_heartbeat(work: Awaitable[T], *, every: float, beat: Callable[[float], Awaitable[None]]) -> T:
+    """Await `work`; every `every` seconds it is still running, call `beat` with the seconds elapsed."""
+
+    async def beats() -> None:
+        started = anyio.current_time()
+        while True:
+            await anyio.sleep(every)
+            await beat(anyio.current_time() - started)
+
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(beats)
+        try:
+            result = await work
+        except Exception as exc:  # raised again below, outside the task group, so it is not wrapped in a group
+            failure = exc
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result
