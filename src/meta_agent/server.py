@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any
 
+import anyio
 import mcp.types as t
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -25,6 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent import __version__
 from meta_agent import events as ev
+from meta_agent.approvals import LiveApprover, ParkedRuns, SessionAllowances, can_elicit, is_modern
+from meta_agent.calls import Approver
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import MetaAgentError
@@ -77,6 +81,10 @@ class RunOut(BaseModel):
     usage: UsageOut
 
 
+# What ask/plan/agent return: a result checked against RunOut, or (2026-07-28) a question for the user.
+RunAnswer = Annotated[t.CallToolResult, RunOut] | t.InputRequiredResult
+
+
 class Progress:
     """The MCP progress sink: one notification per event, counting up; silent once closed."""
 
@@ -100,32 +108,53 @@ class Progress:
         self._open = False
 
 
+@dataclass(frozen=True)
+class Front:
+    """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, and session allowances."""
+
+    engine: Engine
+    parked: ParkedRuns
+    allowances: SessionAllowances
+
+
 def build_server(settings: Settings, servers: Mapping[str, ServerEntry], environ: Mapping[str, str]) -> MCPServer:
     """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them)."""
     holder: dict[str, Engine] = {}
 
     @asynccontextmanager
-    async def lifespan(_server: MCPServer) -> AsyncIterator[Engine]:
-        async with Engine(settings, servers, environ) as engine:
+    async def lifespan(_server: MCPServer) -> AsyncIterator[Front]:
+        async with Engine(settings, servers, environ) as engine, anyio.create_task_group() as parked_runs:
             holder["engine"] = engine
             try:
-                yield engine
+                yield Front(engine, ParkedRuns(parked_runs), SessionAllowances())
             finally:
                 holder.pop("engine", None)
+                parked_runs.cancel_scope.cancel()
 
     server = MCPServer("meta-agent", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
     server.engine_holder = holder  # type: ignore[attr-defined]  # read by the HTTP health route
 
-    async def start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> t.CallToolResult:
-        engine: Engine = ctx.request_context.lifespan_context
+    async def start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAnswer:
+        front: Front = ctx.request_context.lifespan_context
+        sampling = _sampling(ctx)
+
+        async def work(emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None) -> t.CallToolResult:
+            try:
+                result = await front.engine.run(
+                    task, mode=mode, emit=emit, approver=approver, sampling=sampling, **arguments
+                )
+            except MetaAgentError as exc:
+                return _tool_error(str(exc))
+            return _run_result(result)
+
         progress = Progress(ctx)
         try:
-            result = await engine.run(task, mode=mode, emit=progress, sampling=_sampling(ctx), **arguments)
-        except MetaAgentError as exc:
-            return _tool_error(str(exc))
+            if can_elicit(ctx) and is_modern(ctx):
+                return await front.parked.drive(ctx, work, progress)
+            live = LiveApprover(ctx, front.allowances.of(ctx)) if can_elicit(ctx) else None
+            return await work(progress, live)
         finally:
             progress.close()
-        return _run_result(result)
 
     @server.tool(
         title="Ask the model",
@@ -135,7 +164,7 @@ def build_server(settings: Settings, servers: Mapping[str, ServerEntry], environ
         prompt: Annotated[str, Field(description="What to ask.")],
         ctx: Context,
         tools: ToolPatterns = None,
-    ) -> Annotated[t.CallToolResult, RunOut]:
+    ) -> RunAnswer:
         """One model turn. The model may use meta-agent's internal tools (image_gen) once; never child tools."""
         return await start(ctx, "ask", prompt, patterns=tools)
 
@@ -148,7 +177,7 @@ def build_server(settings: Settings, servers: Mapping[str, ServerEntry], environ
         ctx: Context,
         tools: ToolPatterns = None,
         max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).")] = None,
-    ) -> Annotated[t.CallToolResult, RunOut]:
+    ) -> RunAnswer:
         """Look around with read-only tools only and return a numbered plan. Changes nothing."""
         return await start(ctx, "plan", task, patterns=tools, max_steps=max_steps)
 
@@ -164,7 +193,7 @@ def build_server(settings: Settings, servers: Mapping[str, ServerEntry], environ
         token_budget: Annotated[int | None, Field(description="Input+output tokens at most.")] = None,
         plan: Annotated[bool, Field(description="Write a numbered plan first, then carry it out.")] = False,
         conversation_id: Annotated[str | None, Field(description="Continue an earlier conversation.")] = None,
-    ) -> Annotated[t.CallToolResult, RunOut]:
+    ) -> RunAnswer:
         """Carry out a task with every enabled tool (internal and child), within step, token and time limits.
         Tools that change things run only with the user's approval (trust levels)."""
         if conversation_id is not None:
@@ -187,8 +216,8 @@ def build_server(settings: Settings, servers: Mapping[str, ServerEntry], environ
             n: Annotated[int | None, Field(description="How many images (default 1).")] = None,
         ) -> t.CallToolResult:
             """Generate images from a text prompt; returns PNG images."""
-            engine: Engine = ctx.request_context.lifespan_context
-            tool = engine.internal_tool("image_gen")
+            front: Front = ctx.request_context.lifespan_context
+            tool = front.engine.internal_tool("image_gen")
             assert tool is not None and tool.run is not None
             arguments = {k: v for k, v in {"prompt": prompt, "size": size, "n": n}.items() if v is not None}
             try:

@@ -1,0 +1,233 @@
+"""Asking the host's user whether a tool may run, in both protocol eras (design.md §4).
+
+- 2025-11-25 sessions with elicitation: a live `elicitation/create` in the middle of the run (`LiveApprover`).
+  "Allow for this session" lasts as long as the MCP session.
+- 2026-07-28 callers with elicitation: there is no back-channel, so the tool call *returns* an input-required result
+  carrying the question and a sealed request state; the run waits, parked, until the caller retries with the answer
+  and then goes on from where it stopped (`ParkedRuns`). "Allow for this session" lasts for that run. A parked run
+  nobody resumes is cancelled after `PARK_TIMEOUT`, and its children's calls with it.
+- Callers that declare no elicitation get no approver at all: the loop refuses `ask` tools, naming the setting.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp.types as t
+import structlog
+from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPError
+from ulid import ULID
+
+from meta_agent import events as ev
+from meta_agent.calls import Approver, Verdict
+from meta_agent.toolbox import ToolSpec
+
+log = structlog.get_logger("meta_agent.approvals")
+
+# The SDK seals request states for 600 s; a run parked longer could not be resumed anyway.
+PARK_TIMEOUT = 600.0
+INPUT_KEY = "approval"
+CHOICES = {"allow_once": "allowed once", "allow_session": "allowed for this session", "deny": "denied"}
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Allow this tool call?",
+            "enum": list(CHOICES),
+            "description": "allow_once: this call only; allow_session: this tool for the rest of the session; "
+            "deny: not this time",
+        }
+    },
+    "required": ["decision"],
+}
+ARGUMENTS_SHOWN = 400
+
+
+def question(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
+    shown = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+    if len(shown) > ARGUMENTS_SHOWN:
+        shown = shown[: ARGUMENTS_SHOWN - 1] + "…"
+    return f"meta-agent wants to run {spec.name} ({spec.hints.describe()}) with {shown}. Allow it?"
+
+
+def verdict_of(result: t.ElicitResult | None) -> Verdict:
+    """The user's answer, as the loop reads it; anything but a clear yes is a no."""
+    if result is None:
+        return Verdict(False, "no answer")
+    if result.action != "accept":
+        return Verdict(False, "declined" if result.action == "decline" else "cancelled")
+    decision = (result.content or {}).get("decision")
+    if decision not in CHOICES:
+        return Verdict(False, f"unreadable answer {decision!r}")
+    return Verdict(decision != "deny", CHOICES[str(decision)])
+
+
+def can_elicit(ctx: Context) -> bool:
+    caps = ctx.client_capabilities
+    return caps is not None and caps.elicitation is not None
+
+
+def is_modern(ctx: Context) -> bool:
+    return not getattr(ctx.session, "can_send_request", False)
+
+
+class SessionAllowances:
+    """Tools the user allowed "for this session", per MCP session; forgotten when the session is."""
+
+    def __init__(self) -> None:
+        self._by_session: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+    def of(self, ctx: Context) -> set[str]:
+        # The SDK builds a new ServerSession for every request; the connection behind it is what lives as long as
+        # the MCP session, and it has no public handle.
+        connection = getattr(ctx.session, "_connection", ctx.session)
+        return self._by_session.setdefault(connection, set())
+
+
+class LiveApprover:
+    """Asks through a live `elicitation/create` on a 2025-11-25 session."""
+
+    def __init__(self, ctx: Context, allowed: set[str]) -> None:
+        self._ctx = ctx
+        self._allowed = allowed
+
+    def remembered(self, spec: ToolSpec) -> bool:
+        return spec.name in self._allowed
+
+    async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        try:
+            result = await self._ctx.session.elicit_form(
+                question(spec, arguments), SCHEMA, related_request_id=self._ctx.request_context.request_id
+            )
+        except MCPError as exc:
+            return Verdict(False, f"could not ask the user: {exc.message}")
+        verdict = verdict_of(result)
+        if verdict.answer == CHOICES["allow_session"]:
+            self._allowed.add(spec.name)
+        return verdict
+
+
+Work = Callable[[Callable[[ev.Event], Awaitable[None]], Approver], Awaitable[t.CallToolResult]]
+
+
+@dataclass(frozen=True)
+class _Question:
+    spec: ToolSpec
+    arguments: Mapping[str, Any]
+
+
+class ParkedRun:
+    """One run of a 2026-07-28 caller that may stop to ask; it is the loop's approver."""
+
+    def __init__(self) -> None:
+        self.id = str(ULID())
+        self.allowed: set[str] = set()
+        self.scope = anyio.CancelScope()
+        self._to_caller, self._from_run = anyio.create_memory_object_stream[_Question | t.CallToolResult](1)
+        self._answers_in, self._answers = anyio.create_memory_object_stream[Verdict](1)
+        self._sink: Callable[[ev.Event], Awaitable[None]] | None = None
+
+    # -- the loop's side -------------------------------------------------------------------------------------------
+
+    def remembered(self, spec: ToolSpec) -> bool:
+        return spec.name in self.allowed
+
+    async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        await self._to_caller.send(_Question(spec, arguments))
+        with anyio.move_on_after(PARK_TIMEOUT):
+            verdict = await self._answers.receive()
+            if verdict.answer == CHOICES["allow_session"]:
+                self.allowed.add(spec.name)
+            return verdict
+        log.warning("parked_run_reaped", parked=self.id, tool=spec.name, after_s=PARK_TIMEOUT)
+        self.scope.cancel()  # nobody came back: end the run, and its children's calls with it
+        await anyio.lowlevel.checkpoint()
+        return Verdict(False, "no answer in time")
+
+    async def emit(self, event: ev.Event) -> None:
+        """Progress goes to whichever round of the call is live."""
+        if self._sink is not None:
+            await self._sink(event)
+
+    async def execute(self, work: Work, done: Callable[[], None]) -> None:
+        answered = False
+        try:
+            with self.scope:
+                result = await work(self.emit, self)
+                await self._to_caller.send(result)
+                answered = True
+        finally:
+            self._to_caller.close()
+            self._answers.close()
+            if not answered:  # reaped or cancelled: no round will come to collect anything
+                self._from_run.close()
+                self._answers_in.close()
+            done()
+
+    # -- the caller's side -----------------------------------------------------------------------------------------
+
+    async def next_round(
+        self, sink: Callable[[ev.Event], Awaitable[None]], answer: Verdict | None
+    ) -> _Question | t.CallToolResult:
+        """Hand over the answer (on a retry), then wait for the run's next question or its result."""
+        self._sink = sink
+        try:
+            if answer is not None:
+                await self._answers_in.send(answer)
+            outcome = await self._from_run.receive()
+        except anyio.get_cancelled_exc_class():
+            self.scope.cancel()  # the caller gave up on this round: stop the run
+            raise
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            outcome = _ended()
+        finally:
+            self._sink = None
+        if isinstance(outcome, t.CallToolResult):
+            self._from_run.close()
+            self._answers_in.close()
+        return outcome
+
+
+def _ended() -> t.CallToolResult:
+    text = "the run ended without a result (it was cancelled, or the server is stopping)"
+    return t.CallToolResult(content=[t.TextContent(type="text", text=text)], is_error=True)
+
+
+class ParkedRuns:
+    """The parked runs of 2026-07-28 callers, run in a task group the server's lifespan owns."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        self._runs: dict[str, ParkedRun] = {}
+
+    async def drive(
+        self, ctx: Context, work: Work, sink: Callable[[ev.Event], Awaitable[None]]
+    ) -> t.CallToolResult | t.InputRequiredResult:
+        """One round of a call: start the run (first call) or resume it with the caller's answer (a retry)."""
+        answer: Verdict | None = None
+        if ctx.request_state:
+            run = self._runs.get(ctx.request_state)
+            if run is None:
+                text = "this approval is no longer pending (answered, or not answered in time); call the tool again"
+                return t.CallToolResult(content=[t.TextContent(type="text", text=text)], is_error=True)
+            responses = ctx.input_responses or {}
+            response = responses.get(INPUT_KEY)
+            answer = verdict_of(response if isinstance(response, t.ElicitResult) else None)
+        else:
+            run = ParkedRun()
+            self._runs[run.id] = run
+            self._tg.start_soon(run.execute, work, lambda: self._runs.pop(run.id, None))
+        outcome = await run.next_round(sink, answer)
+        if isinstance(outcome, t.CallToolResult):
+            return outcome
+        request = t.ElicitRequest(
+            params=t.ElicitRequestFormParams(message=question(outcome.spec, outcome.arguments), requested_schema=SCHEMA)
+        )
+        return t.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=run.id)

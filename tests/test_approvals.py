@@ -1,0 +1,203 @@
+"""Asking the host's user before a tool that changes things runs, in both protocol eras, with the SDK's real Client
+and its elicitation callback, the fixture child's destructive tool, and the real openai SDK against a fake model."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import mcp.types as t
+import pytest
+import structlog
+from conftest import ProgressLog, fault_entry, openai_env
+from fake_llm import FakeLLM, openai_reply
+from mcp import Client, StdioServerParameters
+
+from meta_agent import approvals
+from meta_agent.config import Settings
+from meta_agent.server import build_server
+
+pytestmark = pytest.mark.anyio
+MODES = {"2026-07-28": "auto", "2025-11-25": "legacy"}
+
+
+class User:
+    """An elicitation callback that answers from a list, and remembers what it was asked."""
+
+    def __init__(self, *answers: t.ElicitResult) -> None:
+        self.answers = list(answers)
+        self.asked: list[str] = []
+
+    async def __call__(self, _ctx: Any, params: Any) -> t.ElicitResult:
+        self.asked.append(params.message)
+        assert params.requested_schema["properties"]["decision"]["enum"] == ["allow_once", "allow_session", "deny"]
+        return self.answers.pop(0)
+
+
+def accept(decision: str) -> t.ElicitResult:
+    return t.ElicitResult(action="accept", content={"decision": decision})
+
+
+@pytest.fixture
+async def servers_and_llm(llm: FakeLLM) -> AsyncIterator[tuple[Any, FakeLLM]]:
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    yield server, llm
+
+
+def tool_message(llm: FakeLLM, request: int = -1) -> str:
+    return llm.requests[request].body["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize("era", list(MODES))
+@pytest.mark.parametrize(
+    ("answer", "ran", "said"),
+    [
+        (accept("allow_once"), True, "f.delete_file allowed: allowed once"),
+        (accept("allow_session"), True, "f.delete_file allowed: allowed for this session"),
+        (accept("deny"), False, "f.delete_file not allowed: denied"),
+        (t.ElicitResult(action="decline"), False, "f.delete_file not allowed: declined"),
+        (t.ElicitResult(action="cancel"), False, "f.delete_file not allowed: cancelled"),
+    ],
+    ids=["once", "session", "deny", "decline", "cancel"],
+)
+async def test_the_user_is_asked(era: str, answer: t.ElicitResult, ran: bool, said: str, llm: FakeLLM) -> None:
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    user = User(answer)
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/tmp/a"})))
+    llm.reply(openai_reply("finished"))
+    progress = ProgressLog()
+    async with Client(server, mode=MODES[era], elicitation_callback=user) as client:
+        result = await client.call_tool("agent", {"task": "delete /tmp/a"}, progress_callback=progress)
+    assert not result.is_error
+    assert user.asked == ['meta-agent wants to run f.delete_file (destructive) with {"path": "/tmp/a"}. Allow it?']
+    told = tool_message(llm)
+    if ran:
+        assert told == "deleted /tmp/a"
+    else:
+        assert told.startswith(f"the user did not allow f.delete_file ({said.split(': ')[1]})")
+    assert result.structured_content and result.structured_content["steps"][0]["tool_calls"][0]["ok"] is ran
+    # the question and the answer are in the progress (the audit trail), in order
+    assert 'step 1 · asking the user to allow f.delete_file {"path": "/tmp/a"}' in progress.messages
+    assert f"step 1 · {said}" in progress.messages
+    assert progress.messages[-1] == "done · final (2 model calls, 1 tool call)"
+
+
+@pytest.mark.parametrize("era", list(MODES))
+async def test_a_caller_that_cannot_be_asked_gets_a_refusal_not_a_hang(era: str, llm: FakeLLM) -> None:
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/tmp/a"})))
+    llm.reply(openai_reply("could not"))
+    async with Client(server, mode=MODES[era]) as client:  # declares no elicitation
+        with anyio.fail_after(30):
+            result = await client.call_tool("agent", {"task": "delete"})
+    assert result.content[0].text == "could not"  # type: ignore[union-attr]
+    told = tool_message(llm)
+    assert told.startswith("f.delete_file needs the user's approval and this caller cannot be asked;")
+    assert '"trust": {"delete_file": ...} of server "f" in servers.json' in told
+
+
+async def test_allow_for_the_session_lasts_the_session_and_no_longer(llm: FakeLLM) -> None:
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    user = User(accept("allow_session"), accept("allow_once"))
+    for path in ("/a", "/b", "/c"):
+        llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": path})))
+        llm.reply(openai_reply(f"deleted {path}"))
+    async with Client(server, mode="legacy", elicitation_callback=user) as client:
+        await client.call_tool("agent", {"task": "delete /a"})
+        second = ProgressLog()
+        await client.call_tool("agent", {"task": "delete /b"}, progress_callback=second)
+        assert len(user.asked) == 1  # the same session: not asked again...
+        assert "step 1 · f.delete_file allowed: already allowed for this session" in second.messages
+    async with Client(server, mode="legacy", elicitation_callback=user) as client:
+        await client.call_tool("agent", {"task": "delete /c"})
+    assert len(user.asked) == 2  # ...but a new session is asked again
+    assert tool_message(llm) == "deleted /c"
+
+
+async def test_on_2026_07_28_the_session_is_the_run(llm: FakeLLM) -> None:
+    """No sessions in this era: "allow for this session" holds for the rest of the run, not the next call."""
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    user = User(accept("allow_session"), accept("deny"))
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/a"})))
+    llm.reply(openai_reply(None, ("c2", "f__delete_file", {"path": "/b"})))
+    llm.reply(openai_reply("both gone"))
+    llm.reply(openai_reply(None, ("c3", "f__delete_file", {"path": "/c"})))
+    llm.reply(openai_reply("kept /c"))
+    async with Client(server, elicitation_callback=user) as client:
+        assert client.protocol_version == "2026-07-28"
+        progress = ProgressLog()
+        first = await client.call_tool("agent", {"task": "delete /a and /b"}, progress_callback=progress)
+        assert first.content[0].text == "both gone"  # type: ignore[union-attr]
+        assert len(user.asked) == 1
+        steps = first.structured_content["steps"]  # type: ignore[index]
+        assert [s["tool_calls"][0]["ok"] for s in steps[:2]] == [True, True]
+        second = await client.call_tool("agent", {"task": "delete /c"})
+        assert second.content[0].text == "kept /c"  # type: ignore[union-attr]
+    assert len(user.asked) == 2
+    assert tool_message(llm).startswith("the user did not allow f.delete_file (denied)")
+    # progress flowed in every round of the first call, from start to done
+    assert progress.messages[0].startswith("start · agent")
+    assert progress.messages[-1] == "done · final (3 model calls, 2 tool calls)"
+
+
+async def test_a_parked_run_nobody_resumes_is_reaped_with_its_child_calls(
+    llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(approvals, "PARK_TIMEOUT", 0.5)
+    reaped = anyio.Event()
+    hang_cancelled = anyio.Event()
+
+    def watch(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("event") == "parked_run_reaped":
+            reaped.set()
+        if event.get("event") == "child_stderr" and "hang cancelled" in event.get("line", ""):
+            hang_cancelled.set()
+        raise structlog.DropEvent
+
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    # one step: a read-only call that hangs in the child, and a destructive one that needs an answer
+    llm.reply(openai_reply(None, ("c1", "f__hang", {}), ("c2", "f__delete_file", {"path": "/a"})))
+    old = structlog.get_config()
+    structlog.configure(processors=[watch])
+    try:
+        async with Client(server, elicitation_callback=User()) as client:
+            # Drive the rounds by hand and never come back with an answer.
+            first = await client.session.call_tool("agent", {"task": "t"}, allow_input_required=True)
+            assert isinstance(first, t.InputRequiredResult)
+            assert list(first.input_requests) == ["approval"]
+            with anyio.fail_after(20):
+                await reaped.wait()
+                await hang_cancelled.wait()
+            late = await client.session.call_tool(
+                "agent",
+                {"task": "t"},
+                allow_input_required=True,
+                input_responses={"approval": accept("allow_once")},
+                request_state=first.request_state,
+            )
+            assert isinstance(late, t.CallToolResult) and late.is_error
+            assert "no longer pending" in late.content[0].text  # type: ignore[union-attr]
+    finally:
+        structlog.configure(**old)
+
+
+async def test_approval_over_a_stdio_subprocess(llm: FakeLLM, tmp_path: Any) -> None:
+    config = tmp_path / "servers.json"
+    fault = fault_entry()
+    config.write_text(json.dumps({"mcpServers": {"f": {"command": fault.command, "args": list(fault.args)}}}))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "meta_agent", "serve", "--config", str(config)],
+        env=openai_env(llm, model="openai:fake-model", base=os.environ),
+    )
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/x"})))
+    llm.reply(openai_reply("done"))
+    user = User(accept("allow_once"))
+    async with Client(params, mode="legacy", elicitation_callback=user) as client:
+        result = await client.call_tool("agent", {"task": "delete /x"})
+    assert result.content[0].text == "done"  # type: ignore[union-attr]
+    assert len(user.asked) == 1 and tool_message(llm) == "deleted /x"
