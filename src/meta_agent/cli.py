@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fnmatch
 import json
 import math
 import os
@@ -19,7 +20,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from meta_agent import __version__
+from meta_agent import __version__, trustfile
 from meta_agent.children import START_TIMEOUT, ChildPool
 from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
 from meta_agent.engine import Engine
@@ -27,6 +28,7 @@ from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, P
 from meta_agent.terminal import LiveView, check_line, paint_for, plural, print_toolbox
 from meta_agent.toolbox import Toolbox
 from meta_agent.tracing import configure_logging
+from meta_agent.trustfile import LEVELS, trust_path
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -91,12 +93,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-steps", type=_positive, metavar="N")
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
 
+    trust = commands.add_parser(
+        "trust", parents=[common], help="record a trust level for tools (kept beside the config); list what is recorded"
+    )
+    trust.add_argument(
+        "pattern", nargs="?", metavar="TOOL", help="a namespaced tool name or glob (pg.execute_sql, pg.*)"
+    )
+    trust.add_argument("level", nargs="?", choices=[*LEVELS, "forget"], help="never, ask, always, or forget")
+
     tools = commands.add_parser("tools", parents=[common], help="the toolbox: each child's tools, status and trust")
     tools.add_argument("--json", action="store_true", help="print the toolbox as JSON")
     check = commands.add_parser(
         "check", parents=[common], help="validate servers.json, start every child and report; exit 1 if any fails"
     )
-    for sub in (tools, check):
+    for sub in (tools, check, trust):
         sub.add_argument(
             "--start-timeout",
             type=_seconds,
@@ -111,17 +121,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     args = _parser().parse_args(argv)
     args.config = getattr(args, "config", None)
+    if args.command == "trust" and args.pattern is not None and args.level is None:
+        return _fail("trust: give a level after the tool: never, ask, always or forget", EXIT_USAGE)
     try:
         settings = load_settings()
-        servers = load_servers(args.config or settings.config, os.environ)
+        args.config = args.config or settings.config
+        servers = load_servers(args.config, os.environ)
         settings.enabled_internal_tools(["image_gen"])  # an unknown name is bad input: say so before starting
+        args.trust_file = trust_path(args.config)
+        trustfile.load(args.trust_file)  # likewise a broken trust file
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     default_level = "info" if args.command == "serve" else "warning"
     configure_logging(getattr(args, "log_level", None) or settings.log_level or default_level)
     if args.command == "serve" and args.transport == "http":
         return _serve_http(args, settings, servers)
-    command = {"serve": _serve_stdio, "run": _run, "tools": _tools, "check": _check}[args.command]
+    command = {"serve": _serve_stdio, "run": _run, "tools": _tools, "check": _check, "trust": _trust}[args.command]
     try:
         return anyio.run(_until_signalled, command, args, settings, servers)
     except BrokenPipeError:
@@ -172,7 +187,7 @@ async def _until_signalled(command: Callable[..., Awaitable[int]], *args: Any) -
 async def _serve_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     from meta_agent.server import build_server
 
-    await build_server(settings, servers, os.environ).run_stdio_async()
+    await build_server(settings, servers, os.environ, trust_file=args.trust_file).run_stdio_async()
     return 0
 
 
@@ -182,7 +197,7 @@ def _serve_http(args: argparse.Namespace, settings: Settings, servers: dict[str,
     from meta_agent.server import build_server, http_app
 
     app = http_app(
-        build_server(settings, servers, os.environ),
+        build_server(settings, servers, os.environ, trust_file=args.trust_file),
         host=args.host,
         token=settings.http_token,
         allowed_hosts=tuple(args.allowed_host),
@@ -199,7 +214,7 @@ def _serve_http(args: argparse.Namespace, settings: Settings, servers: dict[str,
 async def _run(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     view = LiveView(sys.stderr)
     try:
-        async with Engine(settings, servers, os.environ, restart=False) as engine:
+        async with Engine(settings, servers, os.environ, restart=False, trust_file=args.trust_file) as engine:
             result = await engine.run(
                 args.task, mode=args.mode, patterns=args.tools, max_steps=args.max_steps, emit=view
             )
@@ -223,7 +238,10 @@ async def _run(args: argparse.Namespace, settings: Settings, servers: dict[str, 
 
 
 async def _tools(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
-    async with Engine(settings, servers, os.environ, restart=False, start_timeout=args.start_timeout) as engine:
+    engine = Engine(
+        settings, servers, os.environ, restart=False, start_timeout=args.start_timeout, trust_file=args.trust_file
+    )
+    async with engine:
         await engine.pool.wait_settled()
         if args.json:
             print(json.dumps(engine.describe(), indent=2))
@@ -235,7 +253,7 @@ async def _tools(args: argparse.Namespace, settings: Settings, servers: dict[str
 async def _check(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     out = sys.stdout
     paint = paint_for(out)
-    print(f"{args.config or settings.config}: {plural(len(servers), 'server')}", file=out, flush=True)
+    print(f"{args.config}: {plural(len(servers), 'server')}", file=out, flush=True)
     width = max((len(name) for name in servers), default=0)
     failed: list[str] = []
     async with ChildPool(servers, restart=False, start_timeout=args.start_timeout) as pool:
@@ -252,3 +270,53 @@ async def _check(args: argparse.Namespace, settings: Settings, servers: dict[str
         print(f"{len(failed)} of {len(servers)} failed: {', '.join(failed)}", file=out)
         return EXIT_FAILED
     return 0
+
+
+# -- trust ---------------------------------------------------------------------------------------------------------
+
+
+async def _trust(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    """Record a level for the tools a pattern matches, with their definitions' hashes; or list what is recorded."""
+    path: Path = args.trust_file
+    recorded = trustfile.load(path)
+    if args.level == "forget":
+        gone = [name for name in recorded if fnmatch.fnmatchcase(name, args.pattern)]
+        if not gone:
+            return _fail(f"trust: nothing recorded matches {args.pattern!r} in {path}", EXIT_USAGE)
+        trustfile.save(path, {name: r for name, r in recorded.items() if name not in gone})
+        print(f"forgot {', '.join(gone)}")
+        return 0
+    # The tools as their servers define them now, without recorded levels in the way.
+    engine = Engine(settings, servers, os.environ, restart=False, start_timeout=args.start_timeout)
+    async with engine:
+        await engine.pool.wait_settled()
+        current = {spec.name: spec for spec in engine.toolbox().tools}
+        statuses = {child.name: child.status for child in engine.pool}
+    if args.pattern is None:
+        _print_recorded(path, recorded, current, statuses)
+        return 0
+    chosen = [spec for name, spec in current.items() if fnmatch.fnmatchcase(name, args.pattern)]
+    if not chosen:
+        return _fail(f"trust: {args.pattern!r} matches no tool (see `meta-agent tools`)", EXIT_USAGE)
+    for spec in chosen:
+        definition = trustfile.definition_hash(spec.description, spec.input_schema)
+        recorded[spec.name] = trustfile.Recorded(level=args.level, definition=definition, recorded=trustfile.now())
+    trustfile.save(path, recorded)
+    print(f"{args.level}: {', '.join(spec.name for spec in chosen)} (recorded in {path})")
+    return 0
+
+
+def _print_recorded(path: Path, recorded: dict[str, Any], current: dict[str, Any], statuses: dict[str, Any]) -> None:
+    print(f"{path}: {plural(len(recorded), 'recorded level')}")
+    width = max((len(name) for name in recorded), default=0)
+    for name, entry in sorted(recorded.items()):
+        spec = current.get(name)
+        if spec is None:
+            server = statuses.get(name.split(".", 1)[0])
+            why = f" (server {server.state}: {server.error})" if server is not None and server.error else ""
+            state = f"not applied: no such tool now{why}"
+        elif trustfile.definition_hash(spec.description, spec.input_schema) != entry.definition:
+            state = "not applied: the tool changed since; record it again to trust it"
+        else:
+            state = "applies"
+        print(f"  {name.ljust(width)}  {entry.level.ljust(6)}  {entry.recorded}  {state}")

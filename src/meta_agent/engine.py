@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+import structlog
+
+from meta_agent import trustfile
 from meta_agent.calls import Approver
 from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer
 from meta_agent.config import ServerEntry, Settings
@@ -19,6 +23,9 @@ from meta_agent.loop import Emit, RunRequest, run
 from meta_agent.messages import Message
 from meta_agent.providers import Provider, resolve_provider
 from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec
+from meta_agent.trustfile import Recorded
+
+log = structlog.get_logger("meta_agent.engine")
 
 
 class Engine:
@@ -31,9 +38,12 @@ class Engine:
         restart: bool = True,
         start_timeout: float = START_TIMEOUT,
         on_change: Callable[[], None] | None = None,
+        trust_file: Path | None = None,
     ) -> None:
-        """Raises:
-        ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
+        """`trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes.
+
+        Raises:
+            ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool, or the trust file is not readable.
         """
         self.settings = settings
         self.environ = environ
@@ -46,6 +56,10 @@ class Engine:
         self._on_change = on_change
         self._toolbox: Toolbox | None = None
         self._provider: Provider | None = None
+        self._trust_file = trust_file
+        self._trust_stamp: int | None = None
+        self._recorded: dict[str, Recorded] = {}
+        self._read_trust_file(strict=True)
 
     async def __aenter__(self) -> Engine:
         await self.pool.__aenter__()
@@ -59,10 +73,29 @@ class Engine:
             await self.pool.__aexit__(*exc_info)
 
     def toolbox(self) -> Toolbox:
-        """The current toolbox; rebuilt after a child starts, dies or restarts."""
+        """The current toolbox; rebuilt after a child starts, dies or restarts, or the trust file changes."""
+        self._read_trust_file(strict=False)
         if self._toolbox is None:
-            self._toolbox = Toolbox.build(self.internal, self.pool)
+            self._toolbox = Toolbox.build(self.internal, self.pool, self._recorded)
         return self._toolbox
+
+    def _read_trust_file(self, *, strict: bool) -> None:
+        if self._trust_file is None:
+            return
+        try:
+            stamp: int | None = self._trust_file.stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        if stamp == self._trust_stamp:
+            return
+        try:
+            self._recorded = trustfile.load(self._trust_file)
+        except ConfigError:
+            if strict:
+                raise
+            log.warning("trust_file_unreadable", path=str(self._trust_file), keeping=len(self._recorded))
+        self._trust_stamp = stamp
+        self._toolbox = None
 
     def describe(self) -> dict[str, Any]:
         """The toolbox as JSON: each child with its status, each tool with names, annotations and trust."""

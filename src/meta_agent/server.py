@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -117,13 +118,24 @@ class Front:
     allowances: SessionAllowances
 
 
-def build_server(settings: Settings, servers: Mapping[str, ServerEntry], environ: Mapping[str, str]) -> MCPServer:
-    """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them)."""
+def build_server(
+    settings: Settings,
+    servers: Mapping[str, ServerEntry],
+    environ: Mapping[str, str],
+    *,
+    trust_file: Path | None = None,
+) -> MCPServer:
+    """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them).
+
+    Raises:
+        ConfigError: the trust file is not readable (checked when the lifespan starts).
+    """
     holder: dict[str, Engine] = {}
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[Front]:
-        async with Engine(settings, servers, environ) as engine, anyio.create_task_group() as parked_runs:
+        engine = Engine(settings, servers, environ, trust_file=trust_file)
+        async with engine, anyio.create_task_group() as parked_runs:
             holder["engine"] = engine
             try:
                 yield Front(engine, ParkedRuns(parked_runs), SessionAllowances())

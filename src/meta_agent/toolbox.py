@@ -23,6 +23,7 @@ from meta_agent.config import TrustLevel, check_glob
 from meta_agent.errors import PatternError
 from meta_agent.messages import ImagePart, Part, TextPart
 from meta_agent.policy import Mode, trust_level, visible
+from meta_agent.trustfile import Recorded, definition_hash
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_ALIAS = 64
@@ -133,10 +134,17 @@ class Toolbox:
     by_alias: Mapping[str, ToolSpec] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, internal: Sequence[InternalTool], children: Iterable[ChildServer]) -> Toolbox:
-        specs = [_internal_spec(tool) for tool in internal]
+    def build(
+        cls,
+        internal: Sequence[InternalTool],
+        children: Iterable[ChildServer],
+        recorded: Mapping[str, Recorded] | None = None,
+    ) -> Toolbox:
+        """The toolbox of `internal` tools and the ready children's tools; `recorded` are levels from the trust file."""
+        recorded = recorded or {}
+        specs = [_internal_spec(tool, recorded) for tool in internal]
         for child in children:
-            specs.extend(_child_spec(child.name, tool, child.entry.trust) for tool in child.tools)
+            specs.extend(_child_spec(child.name, tool, child.entry.trust, recorded) for tool in child.tools)
         return cls.of(specs)
 
     @classmethod
@@ -177,8 +185,36 @@ class Toolbox:
         ]
 
 
-def _internal_spec(tool: InternalTool) -> ToolSpec:
-    level, source = trust_level(tool.name, read_only=tool.hints.read_only, trust={})
+def _level(
+    name: str,
+    tool: str,
+    description: str,
+    input_schema: Mapping[str, Any],
+    *,
+    read_only: bool,
+    trust: Mapping[str, TrustLevel],
+    recorded: Mapping[str, Recorded],
+) -> tuple[TrustLevel, str]:
+    """A level recorded by `meta-agent trust` for this very definition, else the server's `trust`, else default."""
+    entry = recorded.get(name)
+    if entry is not None and entry.definition == definition_hash(description, input_schema):
+        return entry.level, f"meta-agent trust, {entry.recorded}"
+    level, source = trust_level(tool, read_only=read_only, trust=trust)
+    if entry is not None:
+        source += f"; the {entry.level!r} recorded for it was dropped: the tool changed since"
+    return level, source
+
+
+def _internal_spec(tool: InternalTool, recorded: Mapping[str, Recorded]) -> ToolSpec:
+    level, source = _level(
+        tool.name,
+        tool.name,
+        tool.description,
+        tool.input_schema,
+        read_only=tool.hints.read_only,
+        trust={},
+        recorded=recorded,
+    )
     return ToolSpec(
         name=tool.name,
         alias=alias_for(tool.name),
@@ -193,7 +229,9 @@ def _internal_spec(tool: InternalTool) -> ToolSpec:
     )
 
 
-def _child_spec(server: str, tool: t.Tool, trust: Mapping[str, TrustLevel]) -> ToolSpec:
+def _child_spec(
+    server: str, tool: t.Tool, trust: Mapping[str, TrustLevel], recorded: Mapping[str, Recorded]
+) -> ToolSpec:
     notes = tool.annotations
     hints = ToolHints(
         title=tool.title or (notes.title if notes else None),
@@ -202,8 +240,16 @@ def _child_spec(server: str, tool: t.Tool, trust: Mapping[str, TrustLevel]) -> T
         idempotent_hint=notes.idempotent_hint if notes else None,
         open_world_hint=notes.open_world_hint if notes else None,
     )
-    level, source = trust_level(tool.name, read_only=hints.read_only, trust=trust)
     name = f"{server}.{tool.name}"
+    level, source = _level(
+        name,
+        tool.name,
+        tool.description or "",
+        tool.input_schema,
+        read_only=hints.read_only,
+        trust=trust,
+        recorded=recorded,
+    )
     return ToolSpec(
         name=name,
         alias=alias_for(name),

@@ -1,0 +1,130 @@
+"""Recorded trust levels: `meta-agent trust`, the trust file beside the config, and a changed tool losing its trust."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FAULT_SERVER, fault_entry, openai_env
+from fake_llm import FakeLLM, openai_reply
+from mcp import Client
+
+from meta_agent import trustfile
+from meta_agent.config import Settings
+from meta_agent.engine import Engine
+from meta_agent.errors import ConfigError
+from meta_agent.server import build_server
+
+
+def fault(*flags: str) -> dict:
+    return {"command": sys.executable, "args": [str(FAULT_SERVER), *flags]}
+
+
+def meta_agent(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "meta_agent", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def write(config: Path, *flags: str) -> None:
+    config.write_text(json.dumps({"mcpServers": {"f": fault(*flags)}}))
+
+
+def test_record_list_and_a_changed_tool_losing_its_trust(tmp_path: Path) -> None:
+    config = tmp_path / "servers.json"
+    write(config)
+    recorded = meta_agent(config, "trust", "f.delete_*", "always")
+    assert recorded.returncode == 0, recorded.stderr
+    assert recorded.stdout.startswith("always: f.delete_file (recorded in ")
+    assert (tmp_path / "servers.trust.json").exists()
+
+    listing = meta_agent(config, "trust")
+    assert listing.stdout.splitlines()[1].split()[:2] == ["f.delete_file", "always"]
+    assert listing.stdout.splitlines()[1].endswith("applies")
+    tools = meta_agent(config, "tools")
+    line = next(x for x in tools.stdout.splitlines() if "f.delete_file" in x)
+    assert "always (meta-agent trust, " in line
+
+    write(config, "--tool-version", "2")  # the child changed the tool's definition
+    listing = meta_agent(config, "trust")
+    assert listing.stdout.splitlines()[1].endswith("not applied: the tool changed since; record it again to trust it")
+    line = next(x for x in meta_agent(config, "tools").stdout.splitlines() if "f.delete_file" in x)
+    assert "ask (not read-only; the 'always' recorded for it was dropped: the tool changed since)" in line
+
+    assert meta_agent(config, "trust", "f.delete_file", "always").returncode == 0  # re-approved
+    assert "always (meta-agent trust" in next(
+        x for x in meta_agent(config, "tools").stdout.splitlines() if "delete" in x
+    )
+
+    forgot = meta_agent(config, "trust", "f.*", "forget")
+    assert forgot.stdout == "forgot f.delete_file\n"
+    assert json.loads((tmp_path / "servers.trust.json").read_text()) == {"tools": {}}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["trust", "nope.*", "always"], "meta-agent: trust: 'nope.*' matches no tool"),
+        (["trust", "f.echo"], "meta-agent: trust: give a level after the tool"),
+        (["trust", "f.echo", "sometimes"], "argument level: invalid choice: 'sometimes'"),
+        (["trust", "f.*", "forget"], "meta-agent: trust: nothing recorded matches 'f.*'"),
+    ],
+)
+def test_bad_trust_commands_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    config = tmp_path / "servers.json"
+    write(config)
+    result = meta_agent(config, *args)
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "cannot read the trust file"),
+        ("[]", 'expected {"tools": {...}}'),
+        ('{"tools": {"f.x": {"level": "maybe", "definition": "h"}}}', "tools.f.x: expected level"),
+    ],
+)
+def test_a_broken_trust_file_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "servers.json"
+    write(config)
+    (tmp_path / "servers.trust.json").write_text(text)
+    with pytest.raises(ConfigError, match="servers.trust.json: "):
+        trustfile.load(tmp_path / "servers.trust.json")
+    result = meta_agent(config, "tools")
+    assert result.returncode == 2 and message in result.stderr
+
+
+@pytest.mark.anyio
+async def test_a_recorded_level_lets_a_tool_run_without_asking(tmp_path: Path, llm: FakeLLM) -> None:
+    path = tmp_path / "servers.trust.json"
+    servers = {"f": fault_entry()}
+    async with Engine(Settings(), servers, {}, trust_file=path) as engine:
+        await engine.pool.wait_settled()
+        spec = engine.toolbox().by_name["f.delete_file"]
+        assert spec.trust == "ask"
+        definition = trustfile.definition_hash(spec.description, spec.input_schema)
+        trustfile.save(path, {spec.name: trustfile.Recorded(level="always", definition=definition, recorded="now")})
+        assert engine.toolbox().by_name["f.delete_file"].trust == "always"  # read again once it changed
+
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/x"})))
+    llm.reply(openai_reply("done"))
+    server = build_server(Settings(model="openai:fake-model"), servers, openai_env(llm), trust_file=path)
+    async with Client(server) as client:  # declares no elicitation: without the record it would be refused
+        result = await client.call_tool("agent", {"task": "delete /x"})
+    assert result.content[0].text == "done"  # type: ignore[union-attr]
+    assert llm.requests[-1].body["messages"][-1]["content"] == "deleted /x"
+
+
+def test_the_trust_file_sits_beside_the_config() -> None:
+    assert trustfile.trust_path(Path("/etc/meta/servers.json")) == Path("/etc/meta/servers.trust.json")
+    assert trustfile.trust_path(Path("team.json")) == Path("team.trust.json")
+    assert os.sep not in str(trustfile.trust_path(Path("servers.json")))
