@@ -13,7 +13,7 @@ import anyio
 import mcp.types as t
 import pytest
 import structlog
-from conftest import ProgressLog, fault_entry, openai_env
+from conftest import ProgressLog, everything_entry, fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 
@@ -201,3 +201,36 @@ async def test_approval_over_a_stdio_subprocess(llm: FakeLLM, tmp_path: Any) -> 
         result = await client.call_tool("agent", {"task": "delete /x"})
     assert result.content[0].text == "done"  # type: ignore[union-attr]
     assert len(user.asked) == 1 and tool_message(llm) == "deleted /x"
+
+
+@pytest.mark.parametrize(
+    ("answer", "child_saw"),
+    [(t.ElicitResult(action="accept", content={"name": "Ada"}), '"name": "Ada"'), (None, '"action": "decline"')],
+    ids=["forwarded", "declined"],
+)
+async def test_a_child_that_asks_is_answered_by_our_caller(
+    answer: t.ElicitResult | None, child_saw: str, llm: FakeLLM
+) -> None:
+    """server-everything's trigger-elicitation-request asks *us* mid-call; our 2025-11-25 caller answers it, and a
+    caller that cannot be asked gets the child a decline."""
+    server = build_server(
+        Settings(model="openai:fake-model"),
+        {"every": everything_entry(trust={"trigger-elicitation-request": "always"})},
+        openai_env(llm),
+    )
+    asked: list[str] = []
+
+    async def user(_ctx: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        assert answer is not None
+        return answer
+
+    llm.reply(openai_reply(None, ("c1", "every__trigger-elicitation-request", {})))
+    llm.reply(openai_reply("ok"))
+    options = {"elicitation_callback": user} if answer is not None else {}
+    async with Client(server, mode="legacy", **options) as client:
+        result = await client.call_tool("agent", {"task": "ask me"})
+    assert not result.is_error
+    told = tool_message(llm)
+    assert child_saw in told
+    assert asked == ([] if answer is None else ["Please provide inputs for the following fields:"])

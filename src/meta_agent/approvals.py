@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import anyio
 import mcp.types as t
 import structlog
 from mcp.server.mcpserver import Context
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from ulid import ULID
 
 from meta_agent import events as ev
@@ -112,6 +113,37 @@ class LiveApprover:
         if verdict.answer == CHOICES["allow_session"]:
             self._allowed.add(spec.name)
         return verdict
+
+
+class ForwardedQuestions:
+    """A child's question during a call, passed on to our caller on its 2025-11-25 session (the only era with a
+    back-channel). What the caller cannot answer is declined (elicitation) or refused (sampling)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def elicit(self, params: t.ElicitRequestFormParams) -> t.ElicitResult:
+        if not can_elicit(self._ctx):
+            return t.ElicitResult(action="decline")
+        return await self._ctx.session.elicit_form(
+            params.message, params.requested_schema, related_request_id=self._ctx.request_context.request_id
+        )
+
+    async def sample(self, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+        caps = self._ctx.client_capabilities
+        if caps is None or caps.sampling is None:
+            raise MCPError(t.INVALID_REQUEST, "it declared no sampling capability")
+        with warnings.catch_warnings():  # sampling is deprecated in 2026-07-28; this session is 2025-11-25
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            return await self._ctx.session.create_message(
+                params.messages,
+                max_tokens=params.max_tokens,
+                system_prompt=params.system_prompt,
+                temperature=params.temperature,
+                stop_sequences=params.stop_sequences,
+                model_preferences=params.model_preferences,
+                related_request_id=self._ctx.request_context.request_id,
+            )
 
 
 Work = Callable[[Callable[[ev.Event], Awaitable[None]], Approver], Awaitable[t.CallToolResult]]

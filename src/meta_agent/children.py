@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 import anyio
 import httpx2
@@ -54,6 +54,16 @@ MAX_TOOL_PAGES = 1000
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=None)
 
 ChildState = Literal["starting", "ready", "restarting", "failed", "disabled"]
+
+
+class Questions(Protocol):
+    """Answers a child's questions during a call by asking our own caller."""
+
+    async def elicit(self, params: t.ElicitRequestFormParams) -> t.ElicitResult: ...
+
+    async def sample(self, params: t.CreateMessageRequestParams) -> Any: ...
+
+
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
@@ -110,6 +120,7 @@ class ChildServer:
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self._bad_output: str | None = None
         self._http_status: int | None = None
+        self._questions: list[Questions] = []  # of the calls in flight, latest last
         if entry.disabled:
             self.settled.set()
 
@@ -142,9 +153,15 @@ class ChildServer:
         )
 
     async def call(
-        self, tool: str, arguments: Mapping[str, Any], *, on_progress: ProgressFn | None = None
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        on_progress: ProgressFn | None = None,
+        questions: Questions | None = None,
     ) -> t.CallToolResult:
-        """Call one of the child's tools (its own name), bounded by the server's `timeout`.
+        """Call one of the child's tools (its own name), bounded by the server's `timeout`. If the child asks a
+        question during the call (elicitation or sampling), `questions` answers it; without it, the child is declined.
 
         Raises:
             ChildUnavailable: the child is not connected; nothing was sent.
@@ -158,6 +175,8 @@ class ChildServer:
         if not any(offered.name == tool for offered in self._tools):
             raise ChildUnavailable(self.name, f"{tool} is not offered (not listed, or withheld by tools.allow/deny)")
         timeout = self.entry.timeout
+        if questions is not None:
+            self._questions.append(questions)
         try:
             return await client.call_tool(
                 tool, dict(arguments), read_timeout_seconds=timeout, progress_callback=on_progress
@@ -179,6 +198,9 @@ class ChildServer:
             raise ChildDied(self.name, f"the connection was lost during {tool}; restarting it") from None
         except Exception as exc:  # e.g. a result that breaks the tool's own outputSchema: the SDK raises RuntimeError
             raise ChildProtocolError(self.name, f"{tool} failed: {_describe_exception(exc)}") from None
+        finally:
+            if questions is not None:
+                self._questions.remove(questions)
 
     # -- supervision ---------------------------------------------------------------------------------------
 
@@ -289,7 +311,37 @@ class ChildServer:
                     yield client
 
     def _client_for(self, transport: Any) -> Client:
-        return Client(transport, cache=None, message_handler=self._on_message)
+        # The callbacks declare elicitation and sampling, so children offer the tools that ask; we forward the
+        # questions to our own caller where it can answer (on 2026-07-28 children the SDK drives the rounds).
+        return Client(
+            transport,
+            cache=None,
+            message_handler=self._on_message,
+            elicitation_callback=self._on_elicit,
+            sampling_callback=self._on_sample,
+        )
+
+    async def _on_elicit(self, _ctx: Any, params: Any) -> t.ElicitResult:
+        """A child asks our user something during a call: forward it to the caller of the latest call, or decline."""
+        asker = self._questions[-1] if self._questions else None
+        if asker is None or not isinstance(params, t.ElicitRequestFormParams):
+            log.info("child_question_declined", server=self.name, why="nobody to ask" if asker is None else "url mode")
+            return t.ElicitResult(action="decline")
+        try:
+            return await asker.elicit(params)
+        except Exception as exc:  # whatever went wrong asking, the child gets a clean decline
+            log.warning("child_question_failed", server=self.name, error=_describe_exception(exc))
+            return t.ElicitResult(action="decline")
+
+    async def _on_sample(self, _ctx: Any, params: t.CreateMessageRequestParams) -> Any:
+        """A child asks for a model completion during a call: forward it to our caller's model, or refuse."""
+        asker = self._questions[-1] if self._questions else None
+        try:
+            if asker is None:
+                raise ChildUnavailable(self.name, "nobody to ask")
+            return await asker.sample(params)
+        except Exception as exc:  # the child gets an error it can read, never a hang
+            return t.ErrorData(code=t.INVALID_REQUEST, message=f"meta-agent's caller cannot sample: {exc}")
 
     @contextmanager
     def _stderr_pipe(self, tg: anyio.abc.TaskGroup) -> Iterator[TextIO]:

@@ -13,7 +13,7 @@ import structlog
 
 from meta_agent import trustfile
 from meta_agent.calls import Approver
-from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer
+from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, Questions
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.errors import ConfigError, PatternError
 from meta_agent.events import Mode, RunResult
@@ -120,6 +120,7 @@ class Engine:
         emit: Emit | None = None,
         approver: Approver | None = None,
         sampling: Provider | None = None,
+        questions: Questions | None = None,
         history: tuple[Message, ...] = (),
     ) -> RunResult:
         """One run of the loop with a caller's arguments.
@@ -136,7 +137,8 @@ class Engine:
             task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history
         )
         options: dict[str, Any] = {"emit": emit} if emit is not None else {}
-        return await run(request, provider=provider, tools=self.caller, approver=approver, **options)
+        caller = self.caller if questions is None else ToolCaller(self.pool.children, self.internal, questions)
+        return await run(request, provider=provider, tools=caller, approver=approver, **options)
 
     def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:
         """The tools of `mode` that `patterns` pick.

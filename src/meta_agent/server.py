@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent import __version__
 from meta_agent import events as ev
-from meta_agent.approvals import LiveApprover, ParkedRuns, SessionAllowances, can_elicit, is_modern
+from meta_agent.approvals import ForwardedQuestions, LiveApprover, ParkedRuns, SessionAllowances, can_elicit, is_modern
 from meta_agent.calls import Approver
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine
@@ -150,10 +150,12 @@ def build_server(
         front: Front = ctx.request_context.lifespan_context
         sampling = _sampling(ctx)
 
+        questions = None if is_modern(ctx) else ForwardedQuestions(ctx)
+
         async def work(emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None) -> t.CallToolResult:
             try:
                 result = await front.engine.run(
-                    task, mode=mode, emit=emit, approver=approver, sampling=sampling, **arguments
+                    task, mode=mode, emit=emit, approver=approver, sampling=sampling, questions=questions, **arguments
                 )
             except MetaAgentError as exc:
                 return _tool_error(str(exc))

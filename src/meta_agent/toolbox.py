@@ -18,7 +18,7 @@ from typing import Any
 
 import mcp.types as t
 
-from meta_agent.children import ChildServer, ProgressFn
+from meta_agent.children import ChildServer, ProgressFn, Questions
 from meta_agent.config import TrustLevel, check_glob
 from meta_agent.errors import PatternError
 from meta_agent.messages import ImagePart, Part, TextPart
@@ -267,9 +267,15 @@ def _child_spec(
 class ToolCaller:
     """Runs a toolbox tool: an internal one in-process, a child's through its connection."""
 
-    def __init__(self, children: Mapping[str, ChildServer], internal: Sequence[InternalTool]) -> None:
+    def __init__(
+        self,
+        children: Mapping[str, ChildServer],
+        internal: Sequence[InternalTool],
+        questions: Questions | None = None,
+    ) -> None:
         self._children = children
         self._internal = {tool.name: tool for tool in internal}
+        self._questions = questions  # answers children that ask during a call; None declines them
 
     async def call(
         self, spec: ToolSpec, arguments: Mapping[str, Any], on_progress: ProgressFn | None = None
@@ -282,7 +288,8 @@ class ToolCaller:
             if run is None:
                 return ToolOutcome(parts=(TextPart(text=f"{spec.name} is not available"),), is_error=True)
             return await run(arguments)
-        result = await self._children[spec.server].call(spec.tool, arguments, on_progress=on_progress)
+        child = self._children[spec.server]
+        result = await child.call(spec.tool, arguments, on_progress=on_progress, questions=self._questions)
         return outcome_of(result)
 
 
