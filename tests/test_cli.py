@@ -71,7 +71,7 @@ def test_check_reports_each_child_and_fails_when_one_does(tmp_path: Path, marker
     assert lines[0] == f"{config}: 6 servers"
     by_name = {line.split()[0]: line for line in lines[1:7]}
     assert by_name["time"].split()[1:5] == ["ready", "stdio", "2026-07-28", "2"]
-    assert by_name["every"].split()[1:5] == ["ready", "stdio", "2025-11-25", "13"]
+    assert by_name["every"].split()[1:5] == ["ready", "stdio", "2025-11-25", "16"]  # 13, plus 3 that ask the client
     assert (
         "failed  the server exited during start-up; its stderr ended with: fault_server: refusing" in by_name["crash"]
     )
