@@ -234,3 +234,30 @@ async def test_a_child_that_asks_is_answered_by_our_caller(
     told = tool_message(llm)
     assert child_saw in told
     assert asked == ([] if answer is None else ["Please provide inputs for the following fields:"])
+
+
+@pytest.mark.parametrize(
+    ("answer", "child_said"),
+    [(t.ElicitResult(action="accept", content={"sure": True}), "sure=True"), (None, "no answer (decline)")],
+    ids=["forwarded", "declined"],
+)
+async def test_a_2026_child_asking_through_input_required_is_answered_the_same_way(
+    answer: t.ElicitResult | None, child_said: str, llm: FakeLLM
+) -> None:
+    """The fixture child speaks 2026-07-28: its question arrives as an input-required round, which our client turns
+    into the same callback, and it is forwarded to our caller."""
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__confirm", {})))
+    llm.reply(openai_reply("ok"))
+    asked: list[str] = []
+
+    async def user(_ctx: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        assert answer is not None
+        return answer
+
+    options = {"elicitation_callback": user} if answer is not None else {}
+    async with Client(server, mode="legacy", **options) as client:
+        await client.call_tool("agent", {"task": "confirm"})
+    assert tool_message(llm) == child_said
+    assert asked == ([] if answer is None else ["Are you sure?"])

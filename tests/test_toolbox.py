@@ -113,7 +113,7 @@ async def test_a_toolbox_of_real_children() -> None:
     servers = {
         "time": time_entry(),
         "every": everything_entry(trust={"echo": "never", "toggle-*": "always"}),
-        "f": fault_entry(tools=ToolFilter(deny=("extra_*", "crash", "hang", "write_stderr", "lying"))),
+        "f": fault_entry(tools=ToolFilter(deny=("extra_*", "crash", "hang", "write_stderr", "lying", "confirm"))),
     }
     async with ChildPool(servers) as pool:
         await pool.wait_settled()

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp.types as t
 import pytest
 from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
@@ -200,3 +201,30 @@ def test_http_binds_loopback_by_default(http_server: tuple[str, ServerLog]) -> N
             if int(port_hex, 16) == port and state == "0A":  # 0A: LISTEN
                 listening.append(address)
     assert listening == ["0100007F"]  # 127.0.0.1, little-endian hex
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize("can_ask", [True, False], ids=["asked", "cannot-ask"])
+async def test_http_approval(mode: str, can_ask: bool, http_server: tuple[str, ServerLog], llm: FakeLLM) -> None:
+    """Over real HTTP in both eras: a destructive call runs only with the user's yes; without a way to ask, never."""
+    url, _ = http_server
+    asked: list[str] = []
+
+    async def user(_ctx: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        return t.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/srv/x"})))
+    llm.reply(openai_reply("handled"))
+    options = {"elicitation_callback": user} if can_ask else {}
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        transport = streamable_http_client(f"{url}/mcp", http_client=http)
+        async with Client(transport, mode=mode, **options) as client:
+            result = await client.call_tool("agent", {"task": "delete /srv/x"})
+    assert result.content[0].text == "handled"  # type: ignore[union-attr]
+    told = llm.requests[-1].body["messages"][-1]["content"]
+    if can_ask:
+        assert (len(asked), told) == (1, "deleted /srv/x")
+    else:
+        assert told.startswith("f.delete_file needs the user's approval and this caller cannot be asked")
