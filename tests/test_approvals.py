@@ -78,7 +78,7 @@ async def test_the_user_is_asked(era: str, answer: t.ElicitResult, ran: bool, sa
     if ran:
         assert told == "deleted /tmp/a"
     else:
-        assert told.startswith(f"the user did not allow f.delete_file ({said.split(': ')[1]})")
+        assert told.startswith(f"[error] the user did not allow f.delete_file ({said.split(': ')[1]})")
     assert result.structured_content and result.structured_content["steps"][0]["tool_calls"][0]["ok"] is ran
     # the question and the answer are in the progress (the audit trail), in order
     assert 'step 1 · asking the user to allow f.delete_file {"path": "/tmp/a"}' in progress.messages
@@ -96,7 +96,7 @@ async def test_a_caller_that_cannot_be_asked_gets_a_refusal_not_a_hang(era: str,
             result = await client.call_tool("agent", {"task": "delete"})
     assert result.content[0].text == "could not"  # type: ignore[union-attr]
     told = tool_message(llm)
-    assert told.startswith("f.delete_file needs the user's approval and this caller cannot be asked;")
+    assert told.startswith("[error] f.delete_file needs the user's approval and this caller cannot be asked;")
     assert '"trust": {"delete_file": ...} of server "f" in servers.json' in told
 
 
@@ -138,10 +138,12 @@ async def test_on_2026_07_28_the_session_is_the_run(llm: FakeLLM) -> None:
         second = await client.call_tool("agent", {"task": "delete /c"})
         assert second.content[0].text == "kept /c"  # type: ignore[union-attr]
     assert len(user.asked) == 2
-    assert tool_message(llm).startswith("the user did not allow f.delete_file (denied)")
-    # progress flowed in every round of the first call, from start to done
+    assert tool_message(llm).startswith("[error] the user did not allow f.delete_file (denied)")
+    # progress flowed in every round of the first call, from start to done, its counter going up all the way
     assert progress.messages[0].startswith("start · agent")
     assert progress.messages[-1] == "done · final (3 model calls, 2 tool calls)"
+    counts = [p for p, _, _ in progress.seen]
+    assert counts == sorted(set(counts)) and counts[0] == 1
 
 
 async def test_a_parked_run_nobody_resumes_is_reaped_with_its_child_calls(
@@ -261,3 +263,61 @@ async def test_a_2026_child_asking_through_input_required_is_answered_the_same_w
         await client.call_tool("agent", {"task": "confirm"})
     assert tool_message(llm) == child_said
     assert asked == ([] if answer is None else ["Are you sure?"])
+
+
+async def test_replayed_and_stale_answers_approve_nothing(llm: FakeLLM) -> None:
+    """Rounds driven by hand: an answer counts once, for the question it was given for, and never for the next."""
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    calls = (("c1", "f__delete_file", {"path": "/a"}), ("c2", "f__delete_file", {"path": "/b"}))
+    llm.reply(openai_reply(None, *calls))
+    llm.reply(openai_reply("done"))
+    async with Client(server, elicitation_callback=User()) as client:
+
+        async def round_(state: str | None = None, decision: str | None = None) -> Any:
+            responses = {"approval": accept(decision)} if decision else None
+            return await client.session.call_tool(
+                "agent", {"task": "t"}, allow_input_required=True, input_responses=responses, request_state=state
+            )
+
+        first = await round_()
+        assert isinstance(first, t.InputRequiredResult)
+        assert "/a" in first.input_requests["approval"].params.message  # type: ignore[union-attr]
+        second = await round_(first.request_state, "allow_once")
+        assert isinstance(second, t.InputRequiredResult)
+        assert "/b" in second.input_requests["approval"].params.message  # type: ignore[union-attr]
+        replay = await round_(first.request_state, "allow_once")  # the answer about /a, sent again
+        assert isinstance(replay, t.CallToolResult) and replay.is_error
+        assert "answered already" in replay.content[0].text  # type: ignore[union-attr]
+        last = await round_(second.request_state, "deny")
+        assert isinstance(last, t.CallToolResult) and not last.is_error
+    results = [m["content"] for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert results == [
+        "deleted /a",
+        "[error] the user did not allow f.delete_file (denied); do without it, or ask the user",
+    ]
+
+
+async def test_an_unexpected_failure_on_the_parked_path_is_one_line_and_the_server_lives(
+    llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection (our own Engine.run made to raise a non-meta-agent error, as a bug would)."""
+    from meta_agent.engine import Engine
+
+    real_run = Engine.run
+    failures = iter([RuntimeError("injected bug")])
+
+    async def flaky(self: Engine, *args: Any, **kwargs: Any) -> Any:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return await real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "run", flaky)
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply("still here"))
+    async with Client(server, elicitation_callback=User()) as client:
+        broken = await client.call_tool("agent", {"task": "t"})
+        assert broken.is_error
+        assert broken.content[0].text == "meta-agent failed: RuntimeError: injected bug (the server log has details)"  # type: ignore[union-attr]
+        fine = await client.call_tool("agent", {"task": "t"})
+        assert fine.content[0].text == "still here"  # type: ignore[union-attr]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 import anyio
+import mcp.types as t
 import pytest
 import structlog
 from conftest import Changes, everything_entry, everything_over_http, fault_entry, pid_alive, time_entry
@@ -258,3 +260,33 @@ async def test_a_denied_tool_is_not_called() -> None:
         await pool.wait_settled()
         with pytest.raises(ChildUnavailable, match="crash is not offered"):
             await pool["f"].call("crash", {})
+
+
+class Asker:
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def elicit(self, params: Any) -> Any:
+        self.asked.append(params.message)
+        return t.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def sample(self, params: Any) -> Any:
+        raise AssertionError("not used")
+
+
+async def test_a_childs_question_goes_to_its_caller_and_never_to_another() -> None:
+    async with ChildPool({"every": everything_entry()}) as pool:
+        await pool.wait_settled()
+        child = pool["every"]
+        alone = Asker()
+        answered = await child.call("trigger-elicitation-request", {}, questions=alone)
+        assert alone.asked and '"name": "Ada"' in text_of(answered)
+        # Now a call of another caller is in flight: whose question is it? Nobody is asked; the child is declined.
+        other, mine = Asker(), Asker()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: child.call("trigger-long-running-operation", {"duration": 1, "steps": 1}, questions=other)
+            )
+            declined = await child.call("trigger-elicitation-request", {}, questions=mine)
+        assert (other.asked, mine.asked) == ([], [])
+        assert '"action": "decline"' in text_of(declined)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -422,3 +423,61 @@ async def test_a_provider_failure_ends_the_run(pool: ChildPool) -> None:
 async def test_an_unexpected_model_call_fails_the_script(pool: ChildPool) -> None:
     with pytest.raises(ScriptError, match="unexpected model call #2"):
         await go(pool, [reply("", call("f__echo", text="x"))])
+
+
+async def test_calls_that_change_things_run_in_the_models_order_even_when_one_waits_for_approval(
+    pool: ChildPool,
+) -> None:
+    """slowpoke.delete_file needs an answer, f.mutate does not; on one server they still go in the model's order."""
+    gate = anyio.Event()
+
+    class SlowUser(ScriptedApprover):
+        async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+            await gate.wait()  # answer only once a heartbeat said we are waiting for the user
+            return await super().ask(spec, arguments)
+
+    recorder_gate = Recorder()
+
+    async def emit(event: ev.Event) -> None:
+        await recorder_gate(event)
+        if isinstance(event, ev.Heartbeat) and event.waiting_for == "the user's answer":
+            gate.set()
+
+    box = Toolbox.build([], pool)
+    trust = {"slowpoke.mutate": "always"}
+    specs = tuple(dataclasses.replace(s, trust=trust.get(s.name, s.trust)) for s in box.select(["slowpoke.*"]))
+    provider = ScriptedProvider(
+        [reply("", call("slowpoke__delete_file", path="/a"), call("slowpoke__mutate", seconds=0)), reply("ok")]
+    )
+    request = RunRequest(task="t", mode="agent", tools=specs)
+    await run(
+        request,
+        provider=provider,
+        tools=ToolCaller(pool.children, []),
+        emit=emit,
+        approver=SlowUser(Verdict(True, "allowed once")),
+        heartbeat_interval=0.05,
+    )
+    order = [
+        (e.kind, e.name)
+        for e in recorder_gate.events
+        if e.kind in ("tool_call_started", "tool_call_finished", "approval_requested")
+    ]
+    assert order == [
+        ("tool_call_started", "slowpoke.delete_file"),
+        ("approval_requested", "slowpoke.delete_file"),
+        ("tool_call_finished", "slowpoke.delete_file"),
+        ("tool_call_started", "slowpoke.mutate"),
+        ("tool_call_finished", "slowpoke.mutate"),
+    ]
+    assert any(isinstance(e, ev.Heartbeat) and e.waiting_for == "the user's answer" for e in recorder_gate.events)
+
+
+async def test_a_schema_that_cannot_check_lets_the_child_answer(pool: ChildPool) -> None:
+    box = Toolbox.build([], pool)
+    echo = dataclasses.replace(
+        box.by_name["f.echo"], input_schema={"type": "object", "properties": {"text": {"type": "any"}}}
+    )
+    provider = ScriptedProvider([reply("", call("f__echo", text="through")), reply("ok")])
+    await run(RunRequest(task="t", mode="agent", tools=(echo,)), provider=provider, tools=ToolCaller(pool.children, []))
+    assert tool_results(provider.requests[1]) == [("through", False)]

@@ -308,3 +308,20 @@ async def test_the_loop_over_http_with_a_real_child(llm: FakeLLM) -> None:
     assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "c1"
     assert "Europe/Paris" in tool_message["content"]
     assert result.usage.input_tokens == 24
+
+
+async def test_anthropic_gets_no_empty_text_blocks(llm: FakeLLM) -> None:
+    llm.reply(anthropic_reply({"type": "text", "text": "fine"}))
+    transcript = (
+        UserMessage(parts=(TextPart(text=""),)),
+        AssistantMessage(tool_calls=(ToolCall(id="c1", name="f__echo", arguments={"text": ""}),)),
+        ToolMessage(results=(ToolResult(call_id="c1", name="f__echo", parts=(TextPart(text=""),)),)),
+    )
+    provider = make_provider("anthropic:claude-sonnet-5-5", anthropic_env(llm))
+    try:
+        await provider.complete(ModelRequest(system="s", messages=transcript, tools=(ECHO,)))
+    finally:
+        await provider.aclose()
+    messages = llm.requests[0].body["messages"]
+    assert messages[0]["content"] == [{"type": "text", "text": "(empty message)"}]
+    assert messages[2]["content"][0]["content"] == [{"type": "text", "text": "(no output)"}]

@@ -279,3 +279,29 @@ async def test_the_hosts_model_through_sampling_on_a_legacy_session() -> None:
     assert last.role == "user"
     results = last.content if isinstance(last.content, list) else [last.content]
     assert isinstance(results[0], t.ToolResultContent) and results[0].tool_use_id == "u1"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_meta_agent_model_sampling_uses_the_hosts_model_or_says_why_not(mode: str) -> None:
+    async def sample(_ctx: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResultWithTools:
+        text = t.TextContent(type="text", text="the host's model answered")
+        return t.CreateMessageResultWithTools(role="assistant", content=[text], model="host", stop_reason="endTurn")
+
+    server = build_server(Settings(model="sampling"), {}, {})
+    caps = t.SamplingCapability(tools=t.SamplingToolsCapability())
+    async with Client(server, mode=mode, sampling_callback=sample, sampling_capabilities=caps) as client:
+        result = await client.call_tool("agent", {"task": "hi"})
+    if mode == "legacy":
+        assert text_of(result) == "the host's model answered"
+    else:  # 2026-07-28 has no back-channel to sample through
+        assert result.is_error and text_of(result).startswith("META_AGENT_MODEL=sampling: this caller cannot sample")
+
+
+async def test_the_time_limit_setting_bounds_a_run(llm: FakeLLM) -> None:
+    server = build_server(Settings(model="openai:fake-model", time_limit=0.5), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__hang", {})))
+    llm.reply(openai_reply("ran out of time"))
+    async with Client(server) as client:
+        result = await client.call_tool("agent", {"task": "t"})
+    assert result.structured_content and result.structured_content["stop_reason"] == "deadline"
+    assert text_of(result) == "ran out of time"

@@ -188,6 +188,17 @@ async def test_http_security(http_server: tuple[str, ServerLog]) -> None:
         assert bad_host.status_code == 421
         bad_origin = await http.post(f"{url}/mcp", json=body, headers={**good, "Origin": "http://evil.example"})
         assert bad_origin.status_code == 403
+        # The 2026-07-28 route checks on its own. (A bare discover gets past the guards and is then judged by the
+        # MCP layer itself; the bearer scheme may be written in any case.)
+        modern = {**good, "MCP-Protocol-Version": "2026-07-28", "Authorization": f"bearer {TOKEN}"}
+        discover = {"jsonrpc": "2.0", "id": 2, "method": "server/discover"}
+
+        async def status(headers: dict[str, str]) -> int:
+            return (await http.post(f"{url}/mcp", json=discover, headers=headers)).status_code
+
+        assert await status(modern) not in (401, 403, 421)
+        assert await status({**modern, "Host": "evil.example"}) == 421
+        assert await status({**modern, "Origin": "http://evil.example"}) == 403
 
 
 def test_http_binds_loopback_by_default(http_server: tuple[str, ServerLog]) -> None:
@@ -227,4 +238,4 @@ async def test_http_approval(mode: str, can_ask: bool, http_server: tuple[str, S
     if can_ask:
         assert (len(asked), told) == (1, "deleted /srv/x")
     else:
-        assert told.startswith("f.delete_file needs the user's approval and this caller cannot be asked")
+        assert told.startswith("[error] f.delete_file needs the user's approval and this caller cannot be asked")

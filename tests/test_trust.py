@@ -18,6 +18,7 @@ from meta_agent.config import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError
 from meta_agent.server import build_server
+from meta_agent.toolbox import definition_of
 
 
 def fault(*flags: str) -> dict:
@@ -56,7 +57,9 @@ def test_record_list_and_a_changed_tool_losing_its_trust(tmp_path: Path) -> None
     listing = meta_agent(config, "trust")
     assert listing.stdout.splitlines()[1].endswith("not applied: the tool changed since; record it again to trust it")
     line = next(x for x in meta_agent(config, "tools").stdout.splitlines() if "f.delete_file" in x)
-    assert "ask (not read-only; the 'always' recorded for it was dropped: the tool changed since)" in line
+    assert (
+        "ask (not read-only, at most ask: the 'always' recorded for it was dropped as the tool changed since)" in line
+    )
 
     assert meta_agent(config, "trust", "f.delete_file", "always").returncode == 0  # re-approved
     assert "always (meta-agent trust" in next(
@@ -101,6 +104,7 @@ def test_a_broken_trust_file_is_one_line(tmp_path: Path, text: str, message: str
         trustfile.load(tmp_path / "servers.trust.json")
     result = meta_agent(config, "tools")
     assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.splitlines()) == 1
 
 
 @pytest.mark.anyio
@@ -111,7 +115,7 @@ async def test_a_recorded_level_lets_a_tool_run_without_asking(tmp_path: Path, l
         await engine.pool.wait_settled()
         spec = engine.toolbox().by_name["f.delete_file"]
         assert spec.trust == "ask"
-        definition = trustfile.definition_hash(spec.description, spec.input_schema)
+        definition = definition_of(spec)
         trustfile.save(path, {spec.name: trustfile.Recorded(level="always", definition=definition, recorded="now")})
         assert engine.toolbox().by_name["f.delete_file"].trust == "always"  # read again once it changed
 
@@ -128,3 +132,32 @@ def test_the_trust_file_sits_beside_the_config() -> None:
     assert trustfile.trust_path(Path("/etc/meta/servers.json")) == Path("/etc/meta/servers.trust.json")
     assert trustfile.trust_path(Path("team.json")) == Path("team.trust.json")
     assert os.sep not in str(trustfile.trust_path(Path("servers.json")))
+
+
+@pytest.mark.anyio
+async def test_a_changed_tool_never_gains_trust(tmp_path: Path) -> None:
+    """A record that no longer matches keeps `never`, and lowers anything else to at most `ask` — even for a tool
+    whose new annotations call it read-only."""
+    path = tmp_path / "servers.trust.json"
+    stale = "sha256:of-an-older-definition"
+    trustfile.save(
+        path,
+        {
+            "f.echo": trustfile.Recorded(level="always", definition=stale, recorded="then"),
+            "f.delete_file": trustfile.Recorded(level="never", definition=stale, recorded="then"),
+        },
+    )
+    async with Engine(Settings(), {"f": fault_entry()}, {}, trust_file=path) as engine:
+        await engine.pool.wait_settled()
+        box = engine.toolbox()
+    echo, delete = box.by_name["f.echo"], box.by_name["f.delete_file"]
+    assert echo.hints.read_only and echo.trust == "ask"  # read-only by its annotations, yet not trusted blindly
+    assert delete.trust == "never"
+    assert "kept though the tool changed since" in delete.trust_source
+
+
+def test_annotations_are_part_of_the_definition() -> None:
+    schema = {"type": "object"}
+    assert trustfile.definition_hash("d", schema, {"readOnlyHint": True}) != trustfile.definition_hash(
+        "d", schema, {"readOnlyHint": False}
+    )

@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import warnings
 import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -27,6 +29,7 @@ from ulid import ULID
 
 from meta_agent import events as ev
 from meta_agent.calls import Approver, Verdict
+from meta_agent.progress import Progress
 from meta_agent.toolbox import ToolSpec
 
 log = structlog.get_logger("meta_agent.approvals")
@@ -49,6 +52,8 @@ SCHEMA: dict[str, Any] = {
     "required": ["decision"],
 }
 ARGUMENTS_SHOWN = 400
+# Events of a parked run kept for its next round (a parallel call's result, heartbeats); older ones are dropped.
+BACKLOG = 200
 
 
 def question(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
@@ -151,20 +156,37 @@ Work = Callable[[Callable[[ev.Event], Awaitable[None]], Approver], Awaitable[t.C
 
 @dataclass(frozen=True)
 class _Question:
+    seq: int
     spec: ToolSpec
     arguments: Mapping[str, Any]
 
 
+@dataclass
+class _Pending:
+    seq: int
+    answered: anyio.Event = field(default_factory=anyio.Event)
+    verdict: Verdict = field(default_factory=lambda: Verdict(False, "no answer"))
+
+
 class ParkedRun:
-    """One run of a 2026-07-28 caller that may stop to ask; it is the loop's approver."""
+    """One run of a 2026-07-28 caller that may stop to ask; it is the loop's approver.
+
+    Questions go out one at a time, each with its own number; a retry answers the question whose number it carries,
+    once, and only while that question is pending. One round of the call is live at a time.
+    """
 
     def __init__(self) -> None:
         self.id = str(ULID())
         self.allowed: set[str] = set()
         self.scope = anyio.CancelScope()
+        self.ticks = itertools.count(1)  # progress keeps counting up across the rounds
         self._to_caller, self._from_run = anyio.create_memory_object_stream[_Question | t.CallToolResult](1)
-        self._answers_in, self._answers = anyio.create_memory_object_stream[Verdict](1)
+        self._asking = anyio.Lock()
+        self._seq = 0
+        self._pending: _Pending | None = None
+        self._round_live = False
         self._sink: Callable[[ev.Event], Awaitable[None]] | None = None
+        self._backlog: deque[ev.Event] = deque(maxlen=BACKLOG)
 
     # -- the loop's side -------------------------------------------------------------------------------------------
 
@@ -172,47 +194,69 @@ class ParkedRun:
         return spec.name in self.allowed
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
-        await self._to_caller.send(_Question(spec, arguments))
-        with anyio.move_on_after(PARK_TIMEOUT):
-            verdict = await self._answers.receive()
-            if verdict.answer == CHOICES["allow_session"]:
-                self.allowed.add(spec.name)
-            return verdict
+        async with self._asking:  # concurrent calls of one step are asked about one after another
+            self._seq += 1
+            pending = self._pending = _Pending(self._seq)
+            try:
+                await self._to_caller.send(_Question(pending.seq, spec, arguments))
+                with anyio.move_on_after(PARK_TIMEOUT):
+                    await pending.answered.wait()
+                    if pending.verdict.answer == CHOICES["allow_session"]:
+                        self.allowed.add(spec.name)
+                    return pending.verdict
+            finally:
+                self._pending = None
         log.warning("parked_run_reaped", parked=self.id, tool=spec.name, after_s=PARK_TIMEOUT)
         self.scope.cancel()  # nobody came back: end the run, and its children's calls with it
         await anyio.lowlevel.checkpoint()
         return Verdict(False, "no answer in time")
 
     async def emit(self, event: ev.Event) -> None:
-        """Progress goes to whichever round of the call is live."""
+        """Progress goes to whichever round of the call is live; between rounds it waits for the next one."""
         if self._sink is not None:
             await self._sink(event)
+        else:
+            self._backlog.append(event)
 
     async def execute(self, work: Work, done: Callable[[], None]) -> None:
         answered = False
         try:
             with self.scope:
-                result = await work(self.emit, self)
+                try:
+                    result = await work(self.emit, self)
+                except Exception as exc:  # a bug must end this call with an error, not the server's lifespan
+                    log.exception("parked_run_failed", parked=self.id)
+                    result = _error(f"the run failed: {type(exc).__name__}: {exc}")
                 await self._to_caller.send(result)
                 answered = True
         finally:
             self._to_caller.close()
-            self._answers.close()
             if not answered:  # reaped or cancelled: no round will come to collect anything
                 self._from_run.close()
-                self._answers_in.close()
             done()
 
     # -- the caller's side -----------------------------------------------------------------------------------------
 
-    async def next_round(
-        self, sink: Callable[[ev.Event], Awaitable[None]], answer: Verdict | None
-    ) -> _Question | t.CallToolResult:
-        """Hand over the answer (on a retry), then wait for the run's next question or its result."""
+    def answer(self, seq: int, verdict: Verdict) -> bool:
+        """Hand the answer to question `seq`; False if that question is not the one pending (answered, replayed)."""
+        pending = self._pending
+        if self._round_live or pending is None or pending.seq != seq or pending.answered.is_set():
+            return False
+        pending.verdict = verdict
+        pending.answered.set()
+        return True
+
+    @property
+    def round_live(self) -> bool:
+        return self._round_live
+
+    async def next_round(self, sink: Callable[[ev.Event], Awaitable[None]]) -> _Question | t.CallToolResult:
+        """Wait for the run's next question or its result, reporting progress to this round meanwhile."""
+        self._round_live = True
         self._sink = sink
         try:
-            if answer is not None:
-                await self._answers_in.send(answer)
+            while self._backlog:
+                await sink(self._backlog.popleft())
             outcome = await self._from_run.receive()
         except anyio.get_cancelled_exc_class():
             self.scope.cancel()  # the caller gave up on this round: stop the run
@@ -221,15 +265,18 @@ class ParkedRun:
             outcome = _ended()
         finally:
             self._sink = None
+            self._round_live = False
         if isinstance(outcome, t.CallToolResult):
             self._from_run.close()
-            self._answers_in.close()
         return outcome
 
 
-def _ended() -> t.CallToolResult:
-    text = "the run ended without a result (it was cancelled, or the server is stopping)"
+def _error(text: str) -> t.CallToolResult:
     return t.CallToolResult(content=[t.TextContent(type="text", text=text)], is_error=True)
+
+
+def _ended() -> t.CallToolResult:
+    return _error("the run ended without a result (it was cancelled, or the server is stopping)")
 
 
 class ParkedRuns:
@@ -239,27 +286,30 @@ class ParkedRuns:
         self._tg = tg
         self._runs: dict[str, ParkedRun] = {}
 
-    async def drive(
-        self, ctx: Context, work: Work, sink: Callable[[ev.Event], Awaitable[None]]
-    ) -> t.CallToolResult | t.InputRequiredResult:
+    async def drive(self, ctx: Context, work: Work) -> t.CallToolResult | t.InputRequiredResult:
         """One round of a call: start the run (first call) or resume it with the caller's answer (a retry)."""
-        answer: Verdict | None = None
         if ctx.request_state:
-            run = self._runs.get(ctx.request_state)
-            if run is None:
-                text = "this approval is no longer pending (answered, or not answered in time); call the tool again"
-                return t.CallToolResult(content=[t.TextContent(type="text", text=text)], is_error=True)
-            responses = ctx.input_responses or {}
-            response = responses.get(INPUT_KEY)
-            answer = verdict_of(response if isinstance(response, t.ElicitResult) else None)
+            run_id, _, seq = ctx.request_state.partition(":")
+            run = self._runs.get(run_id)
+            if run is None or not seq.isdigit():
+                return _error("this approval is no longer pending (answered, or not answered in time); call again")
+            if run.round_live:
+                return _error("another round of this call is already waiting; answer that one")
+            response = (ctx.input_responses or {}).get(INPUT_KEY)
+            if not run.answer(int(seq), verdict_of(response if isinstance(response, t.ElicitResult) else None)):
+                return _error("that question was answered already, or is no longer pending")
         else:
             run = ParkedRun()
             self._runs[run.id] = run
             self._tg.start_soon(run.execute, work, lambda: self._runs.pop(run.id, None))
-        outcome = await run.next_round(sink, answer)
+        progress = Progress(ctx, ticks=run.ticks)
+        try:
+            outcome = await run.next_round(progress)
+        finally:
+            progress.close()
         if isinstance(outcome, t.CallToolResult):
             return outcome
         request = t.ElicitRequest(
             params=t.ElicitRequestFormParams(message=question(outcome.spec, outcome.arguments), requested_schema=SCHEMA)
         )
-        return t.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=run.id)
+        return t.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=f"{run.id}:{outcome.seq}")

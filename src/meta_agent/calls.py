@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 import jsonschema
+import structlog
 
 from meta_agent.events import Mode
 from meta_agent.messages import ImagePart, Part, TextPart
@@ -17,6 +18,7 @@ from meta_agent.policy import decide
 from meta_agent.toolbox import ToolOutcome, ToolSpec
 
 T = TypeVar("T")
+log = structlog.get_logger("meta_agent.calls")
 
 
 @dataclass(frozen=True)
@@ -65,18 +67,36 @@ class ArgumentCheck:
     """Validates arguments against each tool's input schema; one validator per tool, built on first use."""
 
     def __init__(self) -> None:
-        self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        self._validators: dict[str, jsonschema.protocols.Validator | None] = {}
 
     def problem(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
-        validator = self._validators.get(spec.name)
+        """What is wrong with `arguments`, or None. A schema that cannot be used to check (a child's bug) checks
+        nothing: the child sees the arguments and answers for itself."""
+        if spec.name not in self._validators:
+            self._validators[spec.name] = _validator(spec)
+        validator = self._validators[spec.name]
         if validator is None:
-            cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
-            validator = self._validators[spec.name] = cls(spec.input_schema)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+            return None
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+        except Exception as exc:  # e.g. a bad regex in a pattern: the schema fails while checking
+            log.warning("schema_unusable", tool=spec.name, error=f"{type(exc).__name__}: {exc}")
+            self._validators[spec.name] = None
+            return None
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path)
         return f"{where}: {error.message}" if where else error.message
+
+
+def _validator(spec: ToolSpec) -> jsonschema.protocols.Validator | None:
+    try:
+        cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(spec.input_schema)
+        return cls(spec.input_schema)
+    except Exception as exc:  # jsonschema raises several kinds for a broken schema
+        log.warning("schema_unusable", tool=spec.name, error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+        return None
 
 
 def for_model(outcome: ToolOutcome, *, accepts_images: bool, max_chars: int) -> ToolOutcome:

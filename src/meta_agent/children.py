@@ -120,7 +120,7 @@ class ChildServer:
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self._bad_output: str | None = None
         self._http_status: int | None = None
-        self._questions: list[Questions] = []  # of the calls in flight, latest last
+        self._in_flight: list[Questions | None] = []  # who can answer for each call in flight (None: nobody)
         if entry.disabled:
             self.settled.set()
 
@@ -175,8 +175,7 @@ class ChildServer:
         if not any(offered.name == tool for offered in self._tools):
             raise ChildUnavailable(self.name, f"{tool} is not offered (not listed, or withheld by tools.allow/deny)")
         timeout = self.entry.timeout
-        if questions is not None:
-            self._questions.append(questions)
+        self._in_flight.append(questions)
         try:
             return await client.call_tool(
                 tool, dict(arguments), read_timeout_seconds=timeout, progress_callback=on_progress
@@ -199,8 +198,7 @@ class ChildServer:
         except Exception as exc:  # e.g. a result that breaks the tool's own outputSchema: the SDK raises RuntimeError
             raise ChildProtocolError(self.name, f"{tool} failed: {_describe_exception(exc)}") from None
         finally:
-            if questions is not None:
-                self._questions.remove(questions)
+            self._in_flight.remove(questions)
 
     # -- supervision ---------------------------------------------------------------------------------------
 
@@ -323,7 +321,7 @@ class ChildServer:
 
     async def _on_elicit(self, _ctx: Any, params: Any) -> t.ElicitResult:
         """A child asks our user something during a call: forward it to the caller of the latest call, or decline."""
-        asker = self._questions[-1] if self._questions else None
+        asker = self._asker()
         if asker is None or not isinstance(params, t.ElicitRequestFormParams):
             log.info("child_question_declined", server=self.name, why="nobody to ask" if asker is None else "url mode")
             return t.ElicitResult(action="decline")
@@ -333,9 +331,15 @@ class ChildServer:
             log.warning("child_question_failed", server=self.name, error=_describe_exception(exc))
             return t.ElicitResult(action="decline")
 
+    def _asker(self) -> Questions | None:
+        """Who can answer a question the child asks now. The protocol does not say which of our calls it belongs
+        to, so with calls of different callers in flight nobody is asked: a question must not reach the wrong user."""
+        callers = {id(q): q for q in self._in_flight}
+        return next(iter(callers.values())) if len(callers) == 1 else None
+
     async def _on_sample(self, _ctx: Any, params: t.CreateMessageRequestParams) -> Any:
         """A child asks for a model completion during a call: forward it to our caller's model, or refuse."""
-        asker = self._questions[-1] if self._questions else None
+        asker = self._asker()
         try:
             if asker is None:
                 raise ChildUnavailable(self.name, "nobody to ask")

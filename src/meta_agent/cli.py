@@ -26,7 +26,7 @@ from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError
 from meta_agent.terminal import LiveView, check_line, paint_for, plural, print_toolbox
-from meta_agent.toolbox import Toolbox
+from meta_agent.toolbox import Toolbox, definition_of
 from meta_agent.tracing import configure_logging
 from meta_agent.trustfile import LEVELS, trust_path
 
@@ -299,7 +299,7 @@ async def _trust(args: argparse.Namespace, settings: Settings, servers: dict[str
     if not chosen:
         return _fail(f"trust: {args.pattern!r} matches no tool (see `meta-agent tools`)", EXIT_USAGE)
     for spec in chosen:
-        definition = trustfile.definition_hash(spec.description, spec.input_schema)
+        definition = definition_of(spec)
         recorded[spec.name] = trustfile.Recorded(level=args.level, definition=definition, recorded=trustfile.now())
     trustfile.save(path, recorded)
     print(f"{args.level}: {', '.join(spec.name for spec in chosen)} (recorded in {path})")
@@ -315,7 +315,7 @@ def _print_recorded(path: Path, recorded: dict[str, Any], current: dict[str, Any
             server = statuses.get(name.split(".", 1)[0])
             why = f" (server {server.state}: {server.error})" if server is not None and server.error else ""
             state = f"not applied: no such tool now{why}"
-        elif trustfile.definition_hash(spec.description, spec.input_schema) != entry.definition:
+        elif definition_of(spec) != entry.definition:
             state = "not applied: the tool changed since; record it again to trust it"
         else:
             state = "applies"

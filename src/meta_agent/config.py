@@ -327,6 +327,8 @@ class Settings(BaseSettings):
     max_steps: int = Field(default=10, ge=1)
     max_steps_ceiling: int = Field(default=50, ge=1)
     token_budget: int = Field(default=200_000, ge=1)
+    # Wall-clock seconds a run may take before its last turn (the time a user takes to answer a question counts).
+    time_limit: float | None = Field(default=1800.0, gt=0)
     trace_dir: Path | None = None
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.

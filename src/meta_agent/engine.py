@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import structlog
 
 from meta_agent import trustfile
@@ -21,7 +22,7 @@ from meta_agent.image_gen import INTERNAL_TOOLS, image_gen_tool
 from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.loop import Emit, RunRequest, run
 from meta_agent.messages import Message
-from meta_agent.providers import Provider, resolve_provider
+from meta_agent.providers import Provider, make_provider, resolve_provider
 from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec
 from meta_agent.trustfile import Recorded
 
@@ -56,6 +57,7 @@ class Engine:
         self._on_change = on_change
         self._toolbox: Toolbox | None = None
         self._provider: Provider | None = None
+        self._provider_lock = anyio.Lock()
         self._trust_file = trust_file
         self._trust_stamp: int | None = None
         self._recorded: dict[str, Recorded] = {}
@@ -131,7 +133,7 @@ class Engine:
             ProviderError: no model is configured, or the provider failed.
         """
         limits = self._limits(mode, max_steps, token_budget)
-        provider = sampling if sampling is not None and not self.settings.model else await self._model()
+        provider = await self._model(sampling)
         await self.pool.wait_settled()  # a child still starting would otherwise be missing from the tools
         request = RunRequest(
             task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history
@@ -153,9 +155,19 @@ class Engine:
                 raise PatternError(f"tools: pattern {pattern!r} matches no tool{self._why_missing(pattern)}")
         return chosen
 
-    async def _model(self) -> Provider:
-        if self._provider is None:
-            self._provider = await resolve_provider(self.settings.model, self.environ)
+    async def _model(self, sampling: Provider | None) -> Provider:
+        """The host's model where it is asked for (META_AGENT_MODEL=sampling) or nothing else is set; else the
+        configured provider, made once and kept (a sampling provider belongs to one call and is never kept).
+
+        Raises:
+            ModelNotConfigured: no usable model, saying what to set.
+        """
+        spec = (self.settings.model or "").strip()
+        if spec == "sampling" or (not spec and sampling is not None):
+            return make_provider("sampling", self.environ, sampling=sampling)
+        async with self._provider_lock:  # two first calls at once must not make (and leak) two clients
+            if self._provider is None:
+                self._provider = await resolve_provider(spec or None, self.environ)
         return self._provider
 
     def _limits(self, mode: Mode, max_steps: int | None, token_budget: int | None) -> Limits:
@@ -168,6 +180,7 @@ class Engine:
         return Limits(
             max_steps=1 if mode == "ask" else (max_steps or default),
             token_budget=token_budget or self.settings.token_budget,
+            time_limit=self.settings.time_limit,
         )
 
     def _why_missing(self, pattern: str) -> str:

@@ -8,8 +8,7 @@ last turn without tools; cancellation and provider errors end the run.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, assert_never
 
@@ -123,6 +122,24 @@ async def run(
         Cancellation: re-raised after a `RunFinished` event with stop reason `cancelled`.
     """
     return await _Run(request, provider, tools, emit, approver, heartbeat_interval).go()
+
+
+class _Turn:
+    """One call's place in a per-server queue: entering waits for the call before it to finish."""
+
+    def __init__(self, before: anyio.Event | None) -> None:
+        self._before = before
+        self.done = anyio.Event()
+
+    def next(self) -> _Turn:
+        return _Turn(self.done)
+
+    async def __aenter__(self) -> None:
+        if self._before is not None:
+            await self._before.wait()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.done.set()
 
 
 class _Run:
@@ -252,7 +269,7 @@ class _Run:
         allowed = self.request.limits.max_tool_calls_per_step
         results: list[ToolResult | None] = [None] * len(calls)
         records: list[ToolCallRecord | None] = [None] * len(calls)
-        locks: dict[str, anyio.Lock] = {}
+        turns = self._turns(calls[:allowed])
         with anyio.move_on_at(self._deadline()):
             async with anyio.create_task_group() as tg:
                 for index, call in enumerate(calls):
@@ -260,7 +277,7 @@ class _Run:
                         refusal = f"not run: at most {allowed} tool calls per step; call it again in the next step"
                         results[index], records[index] = self._refused(call, refusal)
                         continue
-                    tg.start_soon(self._call_one, step, call, index, results, records, locks)
+                    tg.start_soon(self._call_one, step, call, index, results, records, turns[index])
         for index, call in enumerate(calls):
             if results[index] is None:
                 results[index], records[index] = self._refused(call, "cancelled: the run's time limit passed")
@@ -276,12 +293,17 @@ class _Run:
         index: int,
         results: list[ToolResult | None],
         records: list[ToolCallRecord | None],
-        locks: dict[str, anyio.Lock],
+        turn: _Turn,
     ) -> None:
         name = self._name_of(call.name)
-        await self.emit(ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments))
-        started = time.perf_counter()
-        outcome = await self._outcome(step, call, locks)
+        async with turn:  # a call that may change things waits for the ones the model asked for before it
+            started = time.perf_counter()
+            try:
+                await self.emit(ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments))
+                outcome = await self._outcome(step, call)
+            except Exception as exc:  # a bug of ours must cost one call, not the run; the model is told, we log it
+                log.exception("tool_call_failed", tool=name, run_id=self.request.run_id)
+                outcome = calls.error(f"{name} could not be run: {type(exc).__name__}: {exc}")
         duration = _ms_since(started)
         error = outcome.parts[0].text if outcome.is_error and isinstance(outcome.parts[0], TextPart) else None
         results[index] = ToolResult(call_id=call.id, name=call.name, parts=outcome.parts, is_error=outcome.is_error)
@@ -294,7 +316,7 @@ class _Run:
             )
         )
 
-    async def _outcome(self, step: int, call: ToolCall, locks: dict[str, anyio.Lock]) -> ToolOutcome:
+    async def _outcome(self, step: int, call: ToolCall) -> ToolOutcome:
         """Check, approve and run one call; every failure becomes an error outcome for the model."""
         spec = self.by_alias.get(call.name)
         if spec is None:
@@ -321,8 +343,7 @@ class _Run:
             )
 
         try:
-            async with self._one_at_a_time(spec, locks):
-                outcome = await self._beating(step, spec.name, self.tools.call(spec, call.arguments, on_progress))
+            outcome = await self._beating(step, spec.name, self.tools.call(spec, call.arguments, on_progress))
         except MetaAgentError as exc:
             return calls.error(str(exc))
         except Exception as exc:  # a bug in an internal tool must not end the run; the model is told, we log it
@@ -341,7 +362,7 @@ class _Run:
             verdict = calls.Verdict(True, "already allowed for this session")
         else:
             await self.emit(ev.ApprovalRequested(step=step, call_id=call.id, name=spec.name, arguments=call.arguments))
-            verdict = await self.approver.ask(spec, call.arguments)
+            verdict = await self._beating(step, "the user's answer", self.approver.ask(spec, call.arguments))
         await self.emit(
             ev.ApprovalAnswered(
                 step=step, call_id=call.id, name=spec.name, allowed=verdict.allowed, answer=verdict.answer
@@ -349,14 +370,20 @@ class _Run:
         )
         return verdict
 
-    @asynccontextmanager
-    async def _one_at_a_time(self, spec: ToolSpec, locks: dict[str, anyio.Lock]) -> AsyncIterator[None]:
-        """A call that may change things waits for the other such calls to the same server in this step."""
-        if spec.hints.read_only or spec.server is None:
-            yield
-            return
-        async with locks.setdefault(spec.server, anyio.Lock()):
-            yield
+    def _turns(self, step_calls: tuple[ToolCall, ...]) -> list[_Turn]:
+        """Each call's turn: calls that may change things wait, per server, for the earlier such calls of the step,
+        so they run (and are asked about) in the order the model gave; read-only and internal calls never wait."""
+        last: dict[str, _Turn] = {}
+        turns: list[_Turn] = []
+        for call in step_calls:
+            spec = self.by_alias.get(call.name)
+            if spec is None or spec.hints.read_only or spec.server is None:
+                turns.append(_Turn(None))
+                continue
+            previous = last.get(spec.server)
+            last[spec.server] = previous.next() if previous else _Turn(None)
+            turns.append(last[spec.server])
+        return turns
 
     async def _beating(self, step: int, waiting_for: str, work: Awaitable[T]) -> T:
         """Await `work`; while it runs longer than the heartbeat interval, a heartbeat event repeats."""

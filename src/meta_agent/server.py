@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import anyio
 import mcp.types as t
+import structlog
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.transport_security import TransportSecuritySettings
@@ -34,10 +35,11 @@ from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import MetaAgentError
 from meta_agent.events import Mode, RunResult
+from meta_agent.progress import Progress
 from meta_agent.providers import Provider
 from meta_agent.providers.sampling import SamplingProvider
-from meta_agent.report import describe
 
+log = structlog.get_logger("meta_agent.server")
 TOOLBOX_URI = "meta-agent://toolbox"
 INSTRUCTIONS = (
     "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
@@ -84,29 +86,6 @@ class RunOut(BaseModel):
 
 # What ask/plan/agent return: a result checked against RunOut, or (2026-07-28) a question for the user.
 RunAnswer = Annotated[t.CallToolResult, RunOut] | t.InputRequiredResult
-
-
-class Progress:
-    """The MCP progress sink: one notification per event, counting up; silent once closed."""
-
-    def __init__(self, ctx: Context) -> None:
-        self._ctx = ctx
-        self._count = 0
-        self._open = True
-
-    async def __call__(self, event: ev.Event) -> None:
-        if not self._open:
-            return
-        if isinstance(event, ev.RunFinished) and event.result.stop_reason == "cancelled":
-            return  # the caller cancelled: it is not listening, and there will be no result
-        message = describe(event)
-        if message is None:
-            return
-        self._count += 1
-        await self._ctx.report_progress(self._count, None, message)
-
-    def close(self) -> None:
-        self._open = False
 
 
 @dataclass(frozen=True)
@@ -159,14 +138,16 @@ def build_server(
                 )
             except MetaAgentError as exc:
                 return _tool_error(str(exc))
+            except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
+                log.exception("run_crashed", mode=mode)
+                return _tool_error(f"meta-agent failed: {type(exc).__name__}: {exc} (the server log has details)")
             return _run_result(result)
 
+        if can_elicit(ctx) and is_modern(ctx):
+            return await front.parked.drive(ctx, work)
         progress = Progress(ctx)
         try:
-            if can_elicit(ctx) and is_modern(ctx):
-                return await front.parked.drive(ctx, work, progress)
-            live = LiveApprover(ctx, front.allowances.of(ctx)) if can_elicit(ctx) else None
-            return await work(progress, live)
+            return await work(progress, LiveApprover(ctx, front.allowances.of(ctx)) if can_elicit(ctx) else None)
         finally:
             progress.close()
 
@@ -311,12 +292,13 @@ class _BearerToken:
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self._app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
+            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
+            # The scheme is case-insensitive (RFC 6750); the token is compared in constant time.
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._expected):
                 response = JSONResponse(
                     {"error": "missing or wrong bearer token (META_AGENT_HTTP_TOKEN)"},
                     status_code=401,

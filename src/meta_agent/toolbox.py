@@ -46,6 +46,16 @@ class ToolHints:
     def read_only(self) -> bool:
         return self.read_only_hint is True
 
+    def as_annotations(self) -> dict[str, Any]:
+        """The hints as MCP names them."""
+        return {
+            "title": self.title,
+            "readOnlyHint": self.read_only_hint,
+            "destructiveHint": self.destructive_hint,
+            "idempotentHint": self.idempotent_hint,
+            "openWorldHint": self.open_world_hint,
+        }
+
     def describe(self) -> str:
         """The hints a child set, as words: "read-only, idempotent"; "no annotations" when it set none."""
         words = [
@@ -185,35 +195,38 @@ class Toolbox:
         ]
 
 
+def definition_of(spec: ToolSpec) -> str:
+    """The hash `meta-agent trust` binds a recorded level to."""
+    return definition_hash(spec.description, spec.input_schema, spec.hints.as_annotations())
+
+
 def _level(
     name: str,
     tool: str,
     description: str,
     input_schema: Mapping[str, Any],
+    hints: ToolHints,
     *,
-    read_only: bool,
     trust: Mapping[str, TrustLevel],
     recorded: Mapping[str, Recorded],
 ) -> tuple[TrustLevel, str]:
     """A level recorded by `meta-agent trust` for this very definition, else the server's `trust`, else default."""
     entry = recorded.get(name)
-    if entry is not None and entry.definition == definition_hash(description, input_schema):
+    if entry is not None and entry.definition == definition_hash(description, input_schema, hints.as_annotations()):
         return entry.level, f"meta-agent trust, {entry.recorded}"
-    level, source = trust_level(tool, read_only=read_only, trust=trust)
-    if entry is not None:
-        source += f"; the {entry.level!r} recorded for it was dropped: the tool changed since"
-    return level, source
+    level, source = trust_level(tool, read_only=hints.read_only, trust=trust)
+    if entry is None:
+        return level, source
+    # The tool changed since its level was recorded: it gains nothing from that, nor from its new annotations.
+    if entry.level == "never":
+        return "never", "meta-agent trust 'never', kept though the tool changed since"
+    capped: TrustLevel = "ask" if level == "always" else level
+    return capped, f"{source}, at most ask: the {entry.level!r} recorded for it was dropped as the tool changed since"
 
 
 def _internal_spec(tool: InternalTool, recorded: Mapping[str, Recorded]) -> ToolSpec:
     level, source = _level(
-        tool.name,
-        tool.name,
-        tool.description,
-        tool.input_schema,
-        read_only=tool.hints.read_only,
-        trust={},
-        recorded=recorded,
+        tool.name, tool.name, tool.description, tool.input_schema, tool.hints, trust={}, recorded=recorded
     )
     return ToolSpec(
         name=tool.name,
@@ -242,13 +255,7 @@ def _child_spec(
     )
     name = f"{server}.{tool.name}"
     level, source = _level(
-        name,
-        tool.name,
-        tool.description or "",
-        tool.input_schema,
-        read_only=hints.read_only,
-        trust=trust,
-        recorded=recorded,
+        name, tool.name, tool.description or "", tool.input_schema, hints, trust=trust, recorded=recorded
     )
     return ToolSpec(
         name=name,

@@ -1,8 +1,9 @@
 """Trust levels a user recorded with `meta-agent trust`, kept in a file beside the config (`servers.trust.json`).
 
-Each entry holds a hash of the tool's description and input schema as they were when the level was recorded. A
-recorded level applies only while the tool still has that definition: a child that changes a tool loses the trust
-recorded for it, until the user records it again.
+Each entry holds a hash of the tool's description, input schema and annotations as they were when the level was
+recorded. A recorded level applies only while the tool still has that definition: a child that changes a tool loses
+the trust recorded for it until the user records it again, and meanwhile the tool is asked about at most (a
+recorded `never` stays `never`) — a changed tool never gains trust from its new annotations.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def trust_path(config: Path) -> Path:
     return config.with_name(f"{config.stem}.trust.json")
 
 
-def definition_hash(description: str, input_schema: Mapping[str, Any]) -> str:
-    canonical = json.dumps({"description": description, "input_schema": input_schema}, sort_keys=True)
+def definition_hash(description: str, input_schema: Mapping[str, Any], annotations: Mapping[str, Any]) -> str:
+    """What a recorded level is bound to: the tool's description, input schema and annotations."""
+    canonical = json.dumps(
+        {"description": description, "input_schema": input_schema, "annotations": annotations}, sort_keys=True
+    )
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 

@@ -85,7 +85,7 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
         case SystemMessage(text=text):  # a mid-conversation instruction: Messages has no system role there
             return "user", [{"type": "text", "text": text}]
         case UserMessage(parts=parts):
-            return "user", [_part(p) for p in parts]
+            return "user", _parts(parts, empty="(empty message)")
         case AssistantMessage(text=text, tool_calls=calls, thinking=thinking):
             blocks = [_thinking(part) for part in thinking]
             if text:
@@ -99,12 +99,18 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
                 {
                     "type": "tool_result",
                     "tool_use_id": result.call_id,
-                    "content": [_part(p) for p in result.parts] or [{"type": "text", "text": "(no output)"}],
+                    "content": _parts(result.parts, empty="(no output)"),
                     "is_error": result.is_error,
                 }
                 for result in results
             ]
     raise AssertionError(f"unknown message {message!r}")
+
+
+def _parts(parts: tuple[TextPart | ImagePart, ...], *, empty: str) -> list[dict[str, Any]]:
+    """Messages refuses empty text blocks: leave them out, and say `empty` when nothing is left."""
+    blocks = [_part(p) for p in parts if not (isinstance(p, TextPart) and not p.text)]
+    return blocks or [{"type": "text", "text": empty}]
 
 
 def _part(part: TextPart | ImagePart) -> dict[str, Any]:

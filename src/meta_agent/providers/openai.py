@@ -106,7 +106,7 @@ def _message(message: Message) -> list[dict[str, Any]]:
             for result in results:
                 result_images = [p for p in result.parts if isinstance(p, ImagePart)]
                 images.extend(result_images)
-                text = result.text
+                text = f"[error] {result.text}" if result.is_error else result.text
                 if result_images:
                     text += f"\n[{len(result_images)} image(s) from this tool follow in the next message]"
                 out.append({"role": "tool", "tool_call_id": result.call_id, "content": text})
@@ -141,6 +141,8 @@ def _response(completion: Any) -> ModelResponse:
 
 def _tool_call(call: Any) -> ToolCall:
     raw = call.function.arguments or "{}"
+    if isinstance(raw, dict):  # some OpenAI-compatible servers send an object, not its JSON text
+        return ToolCall(id=call.id, name=call.function.name, arguments=raw)
     try:
         arguments = json.loads(raw)
     except json.JSONDecodeError as exc:
