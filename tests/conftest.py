@@ -153,3 +153,15 @@ class ProgressLog:
         with self._anyio.fail_after(timeout):
             while not any(text in m for m in self.messages):
                 await self._changed.wait()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _traces_in_a_temporary_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Runs write traces; the tests' go to a temporary directory (subprocesses inherit it), never the user's."""
+    old = os.environ.get("META_AGENT_TRACE_DIR")
+    os.environ["META_AGENT_TRACE_DIR"] = str(tmp_path_factory.mktemp("traces"))
+    yield
+    if old is None:
+        os.environ.pop("META_AGENT_TRACE_DIR", None)
+    else:
+        os.environ["META_AGENT_TRACE_DIR"] = old

@@ -131,7 +131,7 @@ async def test_a_plain_answer(pool: ChildPool) -> None:
     result, provider, rec = await go(pool, [reply("42")])
     assert (result.answer, result.stop_reason) == ("42", "final")
     assert result.usage == ev.RunUsage(model_calls=1, tool_calls=0, input_tokens=10, output_tokens=5)
-    assert rec.kinds() == ["run_started", "model_turn_started", "model_responded", "run_finished"]
+    assert rec.kinds() == ["run_started", "model_turn_started", "model_requested", "model_responded", "run_finished"]
     assert rec.of(ev.RunFinished)[0].result == result
     assert len(result.run_id) == 26  # a ULID
     sent = provider.requests[0]
@@ -165,10 +165,12 @@ async def test_a_tool_step_then_the_answer(pool: ChildPool) -> None:
     assert rec.kinds() == [
         "run_started",
         "model_turn_started",
+        "model_requested",
         "model_responded",
         "tool_call_started",
         "tool_call_finished",
         "model_turn_started",
+        "model_requested",
         "model_responded",
         "run_finished",
     ]

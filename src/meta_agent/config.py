@@ -329,7 +329,8 @@ class Settings(BaseSettings):
     token_budget: int = Field(default=200_000, ge=1)
     # Wall-clock seconds a run may take before its last turn (the time a user takes to answer a question counts).
     time_limit: float | None = Field(default=1800.0, gt=0)
-    trace_dir: Path | None = None
+    trace_dir: Path | None = None  # None: the user state dir (see tracing.default_trace_dir)
+    trace_max_age_days: float = Field(default=14.0, gt=0)
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None

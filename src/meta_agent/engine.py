@@ -17,13 +17,14 @@ from meta_agent.calls import Approver
 from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, Questions
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.errors import ConfigError, PatternError
-from meta_agent.events import Mode, RunResult
+from meta_agent.events import Event, Mode, RunResult
 from meta_agent.image_gen import INTERNAL_TOOLS, image_gen_tool
 from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.loop import Emit, RunRequest, run
 from meta_agent.messages import Message
 from meta_agent.providers import Provider, make_provider, resolve_provider
 from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec
+from meta_agent.tracing import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.trustfile import Recorded
 
 log = structlog.get_logger("meta_agent.engine")
@@ -58,12 +59,17 @@ class Engine:
         self._toolbox: Toolbox | None = None
         self._provider: Provider | None = None
         self._provider_lock = anyio.Lock()
+        self.trace_dir = settings.trace_dir or default_trace_dir(environ)
+        self._redact = Redactor.of({**environ, "META_AGENT_HTTP_TOKEN": settings.http_token or ""}, servers)
         self._trust_file = trust_file
         self._trust_stamp: int | None = None
         self._recorded: dict[str, Recorded] = {}
         self._read_trust_file(strict=True)
 
     async def __aenter__(self) -> Engine:
+        removed = prune_traces(self.trace_dir, self.settings.trace_max_age_days)
+        if removed:
+            log.info("traces_pruned", removed=removed, older_than_days=self.settings.trace_max_age_days)
         await self.pool.__aenter__()
         return self
 
@@ -138,9 +144,29 @@ class Engine:
         request = RunRequest(
             task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history
         )
-        options: dict[str, Any] = {"emit": emit} if emit is not None else {}
         caller = self.caller if questions is None else ToolCaller(self.pool.children, self.internal, questions)
-        return await run(request, provider=provider, tools=caller, approver=approver, **options)
+        trace = TraceWriter(self.trace_dir, self._redact)
+        sinks = [sink for sink in (emit, trace) if sink is not None]
+
+        async def fan_out(event: Event) -> None:
+            for sink in sinks:
+                await sink(event)
+
+        with structlog.contextvars.bound_contextvars(run_id=request.run_id):
+            log.info("run_started", mode=mode, model=provider.name, tools=len(request.tools))
+            try:
+                result = await run(request, provider=provider, tools=caller, approver=approver, emit=fan_out)
+            finally:
+                trace.close()
+            usage = result.usage
+            log.info(
+                "run_finished",
+                stop_reason=result.stop_reason,
+                model_calls=usage.model_calls,
+                tool_calls=usage.tool_calls,
+                tokens=usage.input_tokens + usage.output_tokens,
+            )
+        return result
 
     def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:
         """The tools of `mode` that `patterns` pick.

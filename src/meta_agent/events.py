@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from meta_agent.messages import ImagePart
+from meta_agent.messages import ImagePart, ModelRequest, ModelResponse, Part
 
 Mode = Literal["ask", "plan", "agent"]
 StopReason = Literal["final", "max_steps", "token_budget", "deadline", "cancelled", "error"]
@@ -106,6 +106,15 @@ class Thinking:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ModelRequested:
+    """What is sent to the model: the whole transcript and the exact tool schemas (for the trace)."""
+
+    step: int
+    request: ModelRequest
+    kind: Literal["model_requested"] = "model_requested"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelResponded:
     step: int
     text: str
@@ -113,6 +122,7 @@ class ModelResponded:
     input_tokens: int
     output_tokens: int
     duration_ms: int
+    response: ModelResponse | None = None  # the whole response: text, tool calls, thinking, usage
     kind: Literal["model_responded"] = "model_responded"
 
 
@@ -133,6 +143,8 @@ class ToolCallFinished:
     ok: bool
     duration_ms: int
     error: str | None = None
+    result: tuple[Part, ...] = ()  # as the model gets it (placeholders, cut)
+    full_result: tuple[Part, ...] = ()  # as the tool returned it
     kind: Literal["tool_call_finished"] = "tool_call_finished"
 
 
@@ -202,6 +214,7 @@ class RunFailed:
 Event = (
     RunStarted
     | ModelTurnStarted
+    | ModelRequested
     | Thinking
     | ModelResponded
     | ToolCallStarted

@@ -235,6 +235,7 @@ class _Run:
         started = time.perf_counter()
         # The last turn is not cut by the deadline: it is what makes a run end with an answer.
         deadline = float("inf") if final else self._deadline()
+        await self.emit(ev.ModelRequested(step=step, request=model_request))
         with anyio.move_on_at(deadline):
             response = await self._beating(step, "model", self.provider.complete(model_request))
             self.model_calls += 1
@@ -251,6 +252,7 @@ class _Run:
                     input_tokens=response.usage.input_tokens,
                     output_tokens=response.usage.output_tokens,
                     duration_ms=_ms_since(started),
+                    response=response,
                 )
             )
             if final:
@@ -300,10 +302,16 @@ class _Run:
             started = time.perf_counter()
             try:
                 await self.emit(ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments))
-                outcome = await self._outcome(step, call)
+                full = await self._outcome(step, call)
             except Exception as exc:  # a bug of ours must cost one call, not the run; the model is told, we log it
                 log.exception("tool_call_failed", tool=name, run_id=self.request.run_id)
-                outcome = calls.error(f"{name} could not be run: {type(exc).__name__}: {exc}")
+                full = calls.error(f"{name} could not be run: {type(exc).__name__}: {exc}")
+        spec = self.by_alias.get(call.name)
+        if spec is not None and spec.internal:  # images an internal tool made (image_gen) go to the host
+            self.images.extend(part for part in full.parts if isinstance(part, ImagePart))
+        outcome = calls.for_model(
+            full, accepts_images=self.provider.accepts_images, max_chars=self.request.max_result_chars
+        )
         duration = _ms_since(started)
         error = outcome.parts[0].text if outcome.is_error and isinstance(outcome.parts[0], TextPart) else None
         results[index] = ToolResult(call_id=call.id, name=call.name, parts=outcome.parts, is_error=outcome.is_error)
@@ -312,7 +320,14 @@ class _Run:
         )
         await self.emit(
             ev.ToolCallFinished(
-                step=step, call_id=call.id, name=name, ok=not outcome.is_error, duration_ms=duration, error=error
+                step=step,
+                call_id=call.id,
+                name=name,
+                ok=not outcome.is_error,
+                duration_ms=duration,
+                error=error,
+                result=outcome.parts,
+                full_result=full.parts,
             )
         )
 
@@ -349,11 +364,7 @@ class _Run:
         except Exception as exc:  # a bug in an internal tool must not end the run; the model is told, we log it
             log.exception("tool_crashed", tool=spec.name, run_id=self.request.run_id)
             return calls.error(f"{spec.name} failed: {type(exc).__name__}: {exc}")
-        if spec.internal:  # images an internal tool made (image_gen) go to the host with the answer
-            self.images.extend(part for part in outcome.parts if isinstance(part, ImagePart))
-        return calls.for_model(
-            outcome, accepts_images=self.provider.accepts_images, max_chars=self.request.max_result_chars
-        )
+        return outcome
 
     async def _approval(self, step: int, call: ToolCall, spec: ToolSpec) -> calls.Verdict:
         """Ask the user (unless already allowed for the session); both the question and the answer are events."""

@@ -1,13 +1,24 @@
-"""Logging: structlog to stderr, readable in a terminal and JSON lines otherwise; never to stdout.
+"""Logging and run traces.
 
-Library loggers (the MCP SDK, httpx2) go through the same renderer. Below debug level an exception in a log line
-is one `error=...` field, not a traceback.
+Logging: structlog to stderr, readable in a terminal and JSON lines otherwise; never to stdout. Library loggers (the
+MCP SDK, httpx2) go through the same renderer. Below debug level an exception in a log line is one `error=...` field,
+not a traceback. Lines logged during a run carry its `run_id`.
+
+Traces: every event of a run, with the model requests and responses and the tool results in full, as JSON lines in
+`<META_AGENT_TRACE_DIR>/<run_id>.jsonl`, with secrets redacted.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import re
 import sys
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
@@ -60,3 +71,100 @@ def _exception_as_one_line(_logger: Any, _name: str, event: dict[str, Any]) -> d
         text = str(error).strip().splitlines()
         event["error"] = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
     return event
+
+
+# -- run traces ----------------------------------------------------------------------------------------------------
+
+REDACTED = "[redacted]"
+# Environment variables whose values are secrets wherever they turn up.
+_SECRET_NAME = re.compile(r"(?i)(api_?key|token|secret|password|passwd|credential|auth)")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
+_KEY_SHAPED = re.compile(r"\b(sk-[A-Za-z0-9_-]{8,})")
+_MIN_SECRET = 4  # shorter values ("1", "on") are not worth hiding and would mangle the trace
+
+
+def default_trace_dir(environ: Mapping[str, str]) -> Path:
+    """The user state dir: $XDG_STATE_HOME/meta-agent/traces, else ~/.local/state/meta-agent/traces."""
+    base = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".local" / "state")
+    return Path(base) / "meta-agent" / "traces"
+
+
+class Redactor:
+    """Replaces known secret values, bearer tokens and key-shaped strings in text."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        found = {s for s in secrets if len(s) >= _MIN_SECRET}
+        # a secret as it appears inside a JSON string, too
+        found |= {json.dumps(s)[1:-1] for s in found}
+        self._secrets = sorted(found, key=len, reverse=True)
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str], servers: Mapping[str, Any]) -> Redactor:
+        """Secrets of the environment (by the variable's name) and every env and header value of servers.json."""
+        secrets = [value for name, value in environ.items() if _SECRET_NAME.search(name)]
+        for entry in servers.values():
+            secrets.extend(entry.env.values())
+            secrets.extend(entry.headers.values())
+        return cls(secrets)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+        return _KEY_SHAPED.sub(REDACTED, text)
+
+
+class TraceWriter:
+    """The trace sink: `<dir>/<run_id>.jsonl`, one JSON object per event, secrets redacted. A trace that cannot be
+    written is a warning, once; the run goes on."""
+
+    def __init__(self, directory: Path, redact: Redactor) -> None:
+        self._directory = directory
+        self._redact = redact
+        self._file: TextIO | None = None
+        self._broken = False
+        self.path: Path | None = None
+
+    async def __call__(self, event: Any) -> None:
+        if self._broken:
+            return
+        try:
+            if self._file is None:
+                self._directory.mkdir(parents=True, exist_ok=True)
+                self.path = self._directory / f"{event.run_id}.jsonl"
+                self._file = self.path.open("a", encoding="utf-8")
+            record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), **_plain(event)}
+            self._file.write(self._redact(json.dumps(record, ensure_ascii=False, default=str)) + "\n")
+            self._file.flush()
+            if event.kind in ("run_finished", "run_failed"):
+                self.close()
+        except (OSError, AttributeError) as exc:
+            self._broken = True
+            self.close()
+            structlog.get_logger("meta_agent.tracing").warning("trace_not_written", error=str(exc))
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+
+
+def _plain(event: Any) -> dict[str, Any]:
+    return dataclasses.asdict(event) if dataclasses.is_dataclass(event) else dict(event)
+
+
+def prune_traces(directory: Path, max_age_days: float) -> int:
+    """Delete traces older than `max_age_days`; returns how many. Missing directories and races are fine."""
+    cutoff = time.time() - max_age_days * 86400
+    removed = 0
+    for path in directory.glob("*.jsonl") if directory.is_dir() else ():
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
