@@ -20,14 +20,14 @@ from typing import Any, NoReturn
 
 import anyio
 
-from meta_agent import __version__, trustfile
+from meta_agent import __version__, runs, trustfile
 from meta_agent.children import START_TIMEOUT, ChildPool
 from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError
 from meta_agent.terminal import LiveView, check_line, paint_for, plural, print_toolbox
 from meta_agent.toolbox import Toolbox, definition_of
-from meta_agent.tracing import configure_logging
+from meta_agent.tracing import configure_logging, default_trace_dir
 from meta_agent.trustfile import LEVELS, trust_path
 
 EXIT_FAILED = 1
@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
 
     tools = commands.add_parser("tools", parents=[common], help="the toolbox: each child's tools, status and trust")
     tools.add_argument("--json", action="store_true", help="print the toolbox as JSON")
+    runs = commands.add_parser("runs", parents=[common], help="recent runs from their traces; `runs show ID` tells one")
+    runs.add_argument("show", nargs="?", choices=["show"], help="show one run step by step")
+    runs.add_argument("run_id", nargs="?", metavar="RUN_ID")
     check = commands.add_parser(
         "check", parents=[common], help="validate servers.json, start every child and report; exit 1 if any fails"
     )
@@ -121,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     args = _parser().parse_args(argv)
     args.config = getattr(args, "config", None)
+    if args.command == "runs":
+        return _quietly_on_a_closed_pipe(_runs, args)
     if args.command == "trust" and args.pattern is not None and args.level is None:
         return _fail("trust: give a level after the tool: never, ask, always or forget", EXIT_USAGE)
     try:
@@ -137,8 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve" and args.transport == "http":
         return _serve_http(args, settings, servers)
     command = {"serve": _serve_stdio, "run": _run, "tools": _tools, "check": _check, "trust": _trust}[args.command]
+    return _quietly_on_a_closed_pipe(anyio.run, _until_signalled, command, args, settings, servers)
+
+
+def _quietly_on_a_closed_pipe(function: Callable[..., int], *args: Any) -> int:
     try:
-        return anyio.run(_until_signalled, command, args, settings, servers)
+        return function(*args)
     except BrokenPipeError:
         # The reader went away (`meta-agent tools | head`): nothing more to say, and no traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -269,6 +278,33 @@ async def _check(args: argparse.Namespace, settings: Settings, servers: dict[str
     if failed:
         print(f"{len(failed)} of {len(servers)} failed: {', '.join(failed)}", file=out)
         return EXIT_FAILED
+    return 0
+
+
+# -- runs ----------------------------------------------------------------------------------------------------------
+
+
+def _runs(args: argparse.Namespace) -> int:
+    """Recent runs, or one run told step by step; read from the trace files, no children started."""
+    try:
+        settings = load_settings()
+        directory = settings.trace_dir or default_trace_dir(os.environ)
+        if args.show:
+            if not args.run_id:
+                return _fail("runs show: give a RUN_ID (see `meta-agent runs`)", EXIT_USAGE)
+            print("\n".join(runs.account(runs.records(directory, args.run_id))))
+            return 0
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    summaries = runs.recent(directory)
+    print(f"{directory}: {plural(len(summaries), 'recent run')}")
+    for run in summaries:
+        seconds = f"{run.seconds:.2f} s" if run.seconds is not None else "?"
+        task = run.task if len(run.task) <= 60 else run.task[:59] + "…"
+        print(
+            f"  {run.run_id}  {run.started[:19]}  {run.mode:<5}  {run.stop_reason:<12}  "
+            f"{plural(run.steps, 'step'):<8}  {run.tokens:>7} tokens  {seconds:>8}  {task}"
+        )
     return 0
 
 
