@@ -1,0 +1,163 @@
+"""Run traces: real runs (the real openai SDK against a fake model, a real child) write real JSONL files; secrets from
+the environment and from servers.json never appear in them; `meta-agent runs` reads them back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from conftest import fault_entry, openai_env
+from fake_llm import FakeLLM, openai_reply
+
+from meta_agent.config import ServerEntry, Settings
+from meta_agent.engine import Engine
+from meta_agent.tracing import REDACTED, Redactor, prune_traces
+
+pytestmark = pytest.mark.anyio
+PLANTED = {
+    "api_key": "sk-planted-api-key-0123456789",
+    "child_env": "child-env-secret-9876",
+    "header": "header-token-5555",
+}
+
+
+async def traced_run(tmp_path: Path, llm: FakeLLM, **servers: ServerEntry) -> tuple[Any, list[dict[str, Any]]]:
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path)
+    environ = openai_env(llm, OPENAI_API_KEY=PLANTED["api_key"])
+    async with Engine(settings, servers or {"f": fault_entry()}, environ) as engine:
+        result = await engine.run("echo something", mode="agent")
+    trace = [json.loads(line) for line in (tmp_path / f"{result.run_id}.jsonl").read_text().splitlines()]
+    return result, trace
+
+
+async def test_a_trace_holds_the_whole_run(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.reply(openai_reply(None, ("c1", "f__huge", {"size": 120_000})))
+    llm.reply(openai_reply("done", usage=(30, 3)))
+    result, trace = await traced_run(tmp_path, llm)
+    kinds = [record["kind"] for record in trace]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    assert trace[0]["run_id"] == result.run_id
+    request = next(r for r in trace if r["kind"] == "model_requested")["request"]
+    assert request["messages"][0]["parts"][0]["text"] == "echo something"
+    assert {tool["name"] for tool in request["tools"]} >= {"f__echo", "f__huge"}  # the exact schemas sent
+    echo = next(tool for tool in request["tools"] if tool["name"] == "f__echo")
+    assert echo["parameters"]["properties"]["text"]["type"] == "string"
+    response = next(r for r in trace if r["kind"] == "model_responded")["response"]
+    assert response["tool_calls"][0]["arguments"] == {"size": 120_000}
+    finished = next(r for r in trace if r["kind"] == "tool_call_finished")
+    assert len(finished["full_result"][0]["text"]) == 120_000  # in full...
+    assert "[... cut 70,000 of 120,000 characters]" in finished["result"][0]["text"]  # ...and as the model got it
+    assert trace[-1]["result"]["usage"]["model_calls"] == 2
+    assert all("ts" in record for record in trace)
+
+
+async def test_secrets_never_reach_a_trace(tmp_path: Path, llm: FakeLLM) -> None:
+    """Plant secrets in the environment, a child's env and headers, and make the model and a tool repeat them."""
+    llm.reply(
+        openai_reply(
+            f"the key is {PLANTED['api_key']}",
+            ("c1", "f__echo", {"text": f"{PLANTED['child_env']} and Bearer {PLANTED['header']}"}),
+        )
+    )
+    llm.reply(openai_reply(f"echoed {PLANTED['child_env']}"))
+    child = fault_entry(env={"SOME_SETTING": PLANTED["child_env"]})
+    web = ServerEntry(url="http://127.0.0.1:9/mcp", headers={"Authorization": f"Bearer {PLANTED['header']}"})
+    result, trace = await traced_run(tmp_path, llm, f=child, web=web)
+    text = (tmp_path / f"{result.run_id}.jsonl").read_text()
+    for secret in PLANTED.values():
+        assert secret not in text
+    assert REDACTED in text
+    assert result.answer == f"echoed {PLANTED['child_env']}"  # redaction is the trace's, not the run's
+
+
+def test_redaction_rules() -> None:
+    redact = Redactor(["s3cr3t-value", "x"])  # too short to hide: "x"
+    assert redact('{"a": "s3cr3t-value", "b": "x"}') == '{"a": "[redacted]", "b": "x"}'
+    assert redact("Authorization: Bearer abc.def-123") == "Authorization: Bearer [redacted]"
+    assert redact("key sk-abcdefghijkl") == "key [redacted]"
+    env = {"MY_API_KEY": "aaaa-bbbb", "GITHUB_TOKEN": "tok-1234", "HOME": "/root/home"}
+    redact = Redactor.of(env, {})
+    assert redact("aaaa-bbbb tok-1234 /root/home") == "[redacted] [redacted] /root/home"
+
+
+async def test_a_trace_that_cannot_be_written_does_not_stop_the_run(tmp_path: Path, llm: FakeLLM) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the trace directory should be")
+    warnings: list[str] = []
+
+    def watch(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        warnings.append(event["event"])
+        raise structlog.DropEvent
+
+    llm.reply(openai_reply("fine anyway"))
+    old = structlog.get_config()
+    structlog.configure(processors=[watch])
+    try:
+        settings = Settings(model="openai:fake-model", trace_dir=blocked / "traces")
+        async with Engine(settings, {}, openai_env(llm)) as engine:
+            result = await engine.run("t", mode="agent")
+    finally:
+        structlog.configure(**old)
+    assert result.answer == "fine anyway"
+    assert warnings.count("trace_not_written") == 1
+
+
+async def test_log_lines_of_a_run_carry_its_run_id(tmp_path: Path, llm: FakeLLM) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def keep(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        seen.append(dict(event))
+        raise structlog.DropEvent
+
+    llm.reply(openai_reply("ok"))
+    old = structlog.get_config()
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, keep])
+    try:
+        async with Engine(Settings(model="openai:fake-model", trace_dir=tmp_path), {}, openai_env(llm)) as engine:
+            result = await engine.run("t", mode="agent")
+    finally:
+        structlog.configure(**old)
+    of_run = [e for e in seen if e["event"] in ("run_started", "run_finished")]
+    assert [e["run_id"] for e in of_run] == [result.run_id] * 2
+    assert of_run[1]["stop_reason"] == "final"
+
+
+def test_old_traces_are_pruned(tmp_path: Path) -> None:
+    old, new = tmp_path / "01OLD.jsonl", tmp_path / "01NEW.jsonl"
+    old.write_text("{}\n")
+    new.write_text("{}\n")
+    os.utime(old, (0, 0))
+    assert prune_traces(tmp_path, max_age_days=14) == 1
+    assert not old.exists() and new.exists()
+
+
+async def test_runs_lists_and_tells_a_run(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "hello"})))
+    llm.reply(openai_reply("It said hello."))
+    result, _ = await traced_run(tmp_path, llm)
+    env = {**os.environ, "META_AGENT_TRACE_DIR": str(tmp_path)}
+    listing = subprocess.run([sys.executable, "-m", "meta_agent", "runs"], capture_output=True, text=True, env=env)
+    row = listing.stdout.splitlines()[1].split()
+    assert row[0] == result.run_id and row[2:5] == ["agent", "final", "2"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "meta_agent", "runs", "show", result.run_id], capture_output=True, text=True, env=env
+    )
+    lines = shown.stdout.splitlines()
+    assert lines[1] == "task: echo something"
+    assert '  asked for: f.echo {"text": "hello"}' in lines
+    assert "  returned: hello" in lines
+    assert "answer: It said hello." in lines
+    assert lines[-1].startswith("where time went: model ") and "f.echo" in lines[-1]
+    missing = subprocess.run(
+        [sys.executable, "-m", "meta_agent", "runs", "show", "../../etc/passwd"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert missing.returncode == 2 and missing.stderr.startswith("meta-agent: runs: no trace of run")
