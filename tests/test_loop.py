@@ -130,7 +130,9 @@ def tool_results(request: ModelRequest, at: int = -1) -> list[tuple[str, bool]]:
 async def test_a_plain_answer(pool: ChildPool) -> None:
     result, provider, rec = await go(pool, [reply("42")])
     assert (result.answer, result.stop_reason) == ("42", "final")
-    assert result.usage == ev.RunUsage(model_calls=1, tool_calls=0, input_tokens=10, output_tokens=5)
+    usage = result.usage
+    assert (usage.model_calls, usage.tool_calls, usage.input_tokens, usage.output_tokens) == (1, 0, 10, 5)
+    assert (usage.tool_ms, usage.errors) == ({}, {}) and usage.duration_ms >= 0
     assert rec.kinds() == ["run_started", "model_turn_started", "model_requested", "model_responded", "run_finished"]
     assert rec.of(ev.RunFinished)[0].result == result
     assert len(result.run_id) == 26  # a ULID
@@ -483,3 +485,25 @@ async def test_a_schema_that_cannot_check_lets_the_child_answer(pool: ChildPool)
     provider = ScriptedProvider([reply("", call("f__echo", text="through")), reply("ok")])
     await run(RunRequest(task="t", mode="agent", tools=(echo,)), provider=provider, tools=ToolCaller(pool.children, []))
     assert tool_results(provider.requests[1]) == [("through", False)]
+
+
+async def test_metrics_count_errors_by_category_and_time_per_tool(pool: ChildPool) -> None:
+    script = [
+        reply(
+            "",
+            call("f__echo", text="a"),
+            call("f__echo", text=1),
+            call("slowpoke__hang"),
+            call("f__delete_file", path="/x"),
+        ),
+        reply("", call("f__echo", text="b")),
+        reply("stopped"),
+    ]
+    result, _, _ = await go(pool, script, limits=Limits(max_steps=2))
+    usage = result.usage
+    assert usage.errors == {"tool": 1, "timeout": 1, "approval": 1, "limit": 1}
+    assert set(usage.tool_ms) == {"f.echo", "slowpoke.hang", "f.delete_file"}
+    assert usage.tool_ms["slowpoke.hang"] >= 500  # its timeout
+    assert result.to_json()["usage"]["errors"] == usage.errors
+    kinds = [c.error_kind for c in result.steps[0].tool_calls]
+    assert kinds == [None, "tool", "timeout", "approval"]

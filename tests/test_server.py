@@ -90,7 +90,14 @@ async def test_agent_answers_with_text_structure_and_progress(client: Client, ll
     assert len(structured["run_id"]) == 26
     [call] = structured["steps"][0]["tool_calls"]
     assert (call["name"], call["arguments"], call["ok"]) == ("time.get_current_time", {"timezone": "Asia/Tokyo"}, True)
-    assert structured["usage"] == {"model_calls": 2, "tool_calls": 1, "input_tokens": 52, "output_tokens": 15}
+    usage = structured["usage"]
+    assert {k: usage[k] for k in ("model_calls", "tool_calls", "input_tokens", "output_tokens")} == {
+        "model_calls": 2,
+        "tool_calls": 1,
+        "input_tokens": 52,
+        "output_tokens": 15,
+    }
+    assert set(usage["tool_ms"]) == {"time.get_current_time"} and usage["errors"] == {}
     messages = progress.messages
     assert messages[0].startswith("start · agent with openai:fake-model · ")
     assert messages[1:3] == ["step 1 · model", 'step 1 · call time.get_current_time {"timezone": "Asia/Tokyo"}']

@@ -112,11 +112,11 @@ def for_model(outcome: ToolOutcome, *, accepts_images: bool, max_chars: int) -> 
                 part = TextPart(text=f"{part.text[:budget]}\n[... cut {cut:,} of {len(part.text):,} characters]")
             budget = max(0, budget - len(part.text))
         parts.append(part)
-    return ToolOutcome(parts=tuple(parts), is_error=outcome.is_error)
+    return ToolOutcome(parts=tuple(parts), is_error=outcome.is_error, error_kind=outcome.error_kind)
 
 
-def error(text: str) -> ToolOutcome:
-    return ToolOutcome(parts=(TextPart(text=text),), is_error=True)
+def error(text: str, kind: str = "tool") -> ToolOutcome:
+    return ToolOutcome(parts=(TextPart(text=text),), is_error=True, error_kind=kind)
 
 
 async def with_heartbeat(work: Awaitable[T], *, every: float, beat: Callable[[float], Awaitable[None]]) -> T:

@@ -23,6 +23,7 @@ class ToolCallRecord:
     ok: bool
     duration_ms: int
     error: str | None = None
+    error_kind: str | None = None  # tool, timeout, approval or limit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +38,9 @@ class RunUsage:
     tool_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    duration_ms: int = 0
+    tool_ms: Mapping[str, int] = field(default_factory=dict)  # time spent in each tool, summed over its calls
+    errors: Mapping[str, int] = field(default_factory=dict)  # by category: model, tool, timeout, approval, limit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +81,9 @@ class RunResult:
                 "tool_calls": self.usage.tool_calls,
                 "input_tokens": self.usage.input_tokens,
                 "output_tokens": self.usage.output_tokens,
+                "duration_ms": self.usage.duration_ms,
+                "tool_ms": dict(self.usage.tool_ms),
+                "errors": dict(self.usage.errors),
             },
         }
 

@@ -8,6 +8,7 @@ last turn without tools; cancellation and provider errors end the run.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, assert_never
@@ -19,7 +20,7 @@ from ulid import ULID
 from meta_agent import calls
 from meta_agent import events as ev
 from meta_agent.calls import Approver
-from meta_agent.errors import LimitExceeded, MetaAgentError, ProviderError
+from meta_agent.errors import ChildTimeout, LimitExceeded, MetaAgentError, ProviderError
 from meta_agent.events import Mode, RunResult, RunUsage, StepRecord, StopReason, ToolCallRecord
 from meta_agent.limits import Limits
 from meta_agent.messages import (
@@ -169,6 +170,7 @@ class _Run:
         self.model_calls = 0
         self.steps: list[StepRecord] = []
         self.images: list[ImagePart] = []
+        self.limits_hit = 0
         self.started = anyio.current_time()
 
     async def go(self) -> RunResult:
@@ -201,6 +203,7 @@ class _Run:
                     steps_done=len(self.steps), tokens_used=self.usage.total, elapsed=self._elapsed()
                 )
             except LimitExceeded as limit:
+                self.limits_hit += 1
                 return await self._last_turn(limit)
             match await self._model_turn(final=False):
                 case Answer(text=text):
@@ -277,12 +280,12 @@ class _Run:
                 for index, call in enumerate(calls):
                     if index >= allowed:
                         refusal = f"not run: at most {allowed} tool calls per step; call it again in the next step"
-                        results[index], records[index] = self._refused(call, refusal)
+                        results[index], records[index] = self._refused(call, refusal, "limit")
                         continue
                     tg.start_soon(self._call_one, step, call, index, results, records, turns[index])
         for index, call in enumerate(calls):
             if results[index] is None:
-                results[index], records[index] = self._refused(call, "cancelled: the run's time limit passed")
+                results[index], records[index] = self._refused(call, "cancelled: the run's time limit passed", "limit")
         done = [result for result in results if result is not None]
         self.transcript.append(ToolMessage(results=tuple(done)))
         self.steps.append(StepRecord(index=step, tool_calls=tuple(r for r in records if r is not None)))
@@ -316,7 +319,12 @@ class _Run:
         error = outcome.parts[0].text if outcome.is_error and isinstance(outcome.parts[0], TextPart) else None
         results[index] = ToolResult(call_id=call.id, name=call.name, parts=outcome.parts, is_error=outcome.is_error)
         records[index] = ToolCallRecord(
-            name=name, arguments=call.arguments, ok=not outcome.is_error, duration_ms=duration, error=error
+            name=name,
+            arguments=call.arguments,
+            ok=not outcome.is_error,
+            duration_ms=duration,
+            error=error,
+            error_kind=(outcome.error_kind or "tool") if outcome.is_error else None,
         )
         await self.emit(
             ev.ToolCallFinished(
@@ -344,11 +352,11 @@ class _Run:
             return calls.error(f"invalid arguments for {spec.alias}: {problem}")
         why_not = calls.blocked(spec, self.request.mode, self.approver)
         if why_not:
-            return calls.error(why_not)
+            return calls.error(why_not, "approval")
         if calls.needs_approval(spec, self.request.mode):
             verdict = await self._approval(step, call, spec)
             if not verdict.allowed:
-                return calls.error(calls.refusal(spec, verdict))
+                return calls.error(calls.refusal(spec, verdict), "approval")
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             await self.emit(
@@ -360,7 +368,7 @@ class _Run:
         try:
             outcome = await self._beating(step, spec.name, self.tools.call(spec, call.arguments, on_progress))
         except MetaAgentError as exc:
-            return calls.error(str(exc))
+            return calls.error(str(exc), "timeout" if isinstance(exc, ChildTimeout) else "tool")
         except Exception as exc:  # a bug in an internal tool must not end the run; the model is told, we log it
             log.exception("tool_crashed", tool=spec.name, run_id=self.request.run_id)
             return calls.error(f"{spec.name} failed: {type(exc).__name__}: {exc}")
@@ -404,10 +412,11 @@ class _Run:
 
         return await calls.with_heartbeat(work, every=self.heartbeat_interval, beat=beat)
 
-    def _refused(self, call: ToolCall, why: str) -> tuple[ToolResult, ToolCallRecord]:
+    def _refused(self, call: ToolCall, why: str, kind: str) -> tuple[ToolResult, ToolCallRecord]:
         result = ToolResult(call_id=call.id, name=call.name, parts=(TextPart(text=why),), is_error=True)
+        name = self._name_of(call.name)
         record = ToolCallRecord(
-            name=self._name_of(call.name), arguments=call.arguments, ok=False, duration_ms=0, error=why
+            name=name, arguments=call.arguments, ok=False, duration_ms=0, error=why, error_kind=kind
         )
         return result, record
 
@@ -422,18 +431,31 @@ class _Run:
         limit = self.request.limits.time_limit
         return float("inf") if limit is None else self.started + limit
 
+    def _metrics(self) -> RunUsage:
+        calls = [call for step in self.steps for call in step.tool_calls]
+        tool_ms: dict[str, int] = {}
+        for call in calls:
+            tool_ms[call.name] = tool_ms.get(call.name, 0) + call.duration_ms
+        errors = dict(Counter(call.error_kind for call in calls if call.error_kind))
+        if self.limits_hit:
+            errors["limit"] = errors.get("limit", 0) + self.limits_hit
+        return RunUsage(
+            model_calls=self.model_calls,
+            tool_calls=len(calls),
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+            duration_ms=round((anyio.current_time() - self.started) * 1000),
+            tool_ms=tool_ms,
+            errors=errors,
+        )
+
     def _result(self, answer: str, stop_reason: StopReason) -> RunResult:
         return RunResult(
             answer=answer,
             stop_reason=stop_reason,
             run_id=self.request.run_id,
             steps=tuple(self.steps),
-            usage=RunUsage(
-                model_calls=self.model_calls,
-                tool_calls=sum(len(step.tool_calls) for step in self.steps),
-                input_tokens=self.usage.input_tokens,
-                output_tokens=self.usage.output_tokens,
-            ),
+            usage=self._metrics(),
             images=tuple(self.images),
         )
 

@@ -71,6 +71,9 @@ class UsageOut(BaseModel):
     tool_calls: int
     input_tokens: int
     output_tokens: int
+    duration_ms: int = 0
+    tool_ms: dict[str, int] = Field(default_factory=dict, description="time spent in each tool")
+    errors: dict[str, int] = Field(default_factory=dict, description="by category: tool, timeout, approval, limit")
 
 
 class RunOut(BaseModel):

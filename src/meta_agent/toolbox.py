@@ -80,6 +80,8 @@ class ToolOutcome:
 
     parts: tuple[Part, ...]
     is_error: bool = False
+    # why it failed, for the run's error counts: "tool", "timeout", "approval" or "limit" (None: the tool said so)
+    error_kind: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
