@@ -23,6 +23,7 @@ from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.loop import Emit, RunRequest, run
 from meta_agent.messages import Message
 from meta_agent.providers import Provider, make_provider, resolve_provider
+from meta_agent.telemetry import Spans
 from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec
 from meta_agent.tracing import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.trustfile import Recorded
@@ -146,7 +147,7 @@ class Engine:
         )
         caller = self.caller if questions is None else ToolCaller(self.pool.children, self.internal, questions)
         trace = TraceWriter(self.trace_dir, self._redact)
-        sinks = [sink for sink in (emit, trace) if sink is not None]
+        sinks = [sink for sink in (emit, trace, Spans()) if sink is not None]
 
         async def fan_out(event: Event) -> None:
             for sink in sinks:
