@@ -157,11 +157,16 @@ class ProgressLog:
 
 @pytest.fixture(autouse=True, scope="session")
 def _traces_in_a_temporary_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Runs write traces; the tests' go to a temporary directory (subprocesses inherit it), never the user's."""
-    old = os.environ.get("META_AGENT_TRACE_DIR")
-    os.environ["META_AGENT_TRACE_DIR"] = str(tmp_path_factory.mktemp("traces"))
+    """Runs write traces and conversations; the tests' go to temporary places (subprocesses inherit them)."""
+    places = {
+        "META_AGENT_TRACE_DIR": str(tmp_path_factory.mktemp("traces")),
+        "META_AGENT_CONVERSATIONS_DB": str(tmp_path_factory.mktemp("data") / "conversations.sqlite3"),
+    }
+    old = {name: os.environ.get(name) for name in places}
+    os.environ.update(places)
     yield
-    if old is None:
-        os.environ.pop("META_AGENT_TRACE_DIR", None)
-    else:
-        os.environ["META_AGENT_TRACE_DIR"] = old
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -331,6 +331,7 @@ class Settings(BaseSettings):
     time_limit: float | None = Field(default=1800.0, gt=0)
     trace_dir: Path | None = None  # None: the user state dir (see tracing.default_trace_dir)
     trace_max_age_days: float = Field(default=14.0, gt=0)
+    conversations_db: Path | None = None  # None: the user data dir (see conversations.default_path)
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None

@@ -4,6 +4,7 @@ run is set up from a caller's arguments. `async with Engine(...)` starts the chi
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -11,17 +12,19 @@ from typing import Any
 
 import anyio
 import structlog
+from ulid import ULID
 
 from meta_agent import trustfile
 from meta_agent.calls import Approver
 from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, Questions
 from meta_agent.config import ServerEntry, Settings
+from meta_agent.conversations import Conversations
+from meta_agent.conversations import default_path as default_conversations_path
 from meta_agent.errors import ConfigError, PatternError
 from meta_agent.events import Event, Mode, RunResult
 from meta_agent.image_gen import INTERNAL_TOOLS, image_gen_tool
 from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.loop import Emit, RunRequest, run
-from meta_agent.messages import Message
 from meta_agent.providers import Provider, make_provider, resolve_provider
 from meta_agent.telemetry import Spans
 from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec
@@ -61,6 +64,7 @@ class Engine:
         self._provider: Provider | None = None
         self._provider_lock = anyio.Lock()
         self.trace_dir = settings.trace_dir or default_trace_dir(environ)
+        self.conversations = Conversations(settings.conversations_db or default_conversations_path(environ))
         self._redact = Redactor.of({**environ, "META_AGENT_HTTP_TOKEN": settings.http_token or ""}, servers)
         self._trust_file = trust_file
         self._trust_stamp: int | None = None
@@ -130,7 +134,7 @@ class Engine:
         approver: Approver | None = None,
         sampling: Provider | None = None,
         questions: Questions | None = None,
-        history: tuple[Message, ...] = (),
+        conversation_id: str | None = None,
     ) -> RunResult:
         """One run of the loop with a caller's arguments.
 
@@ -140,6 +144,7 @@ class Engine:
             ProviderError: no model is configured, or the provider failed.
         """
         limits = self._limits(mode, max_steps, token_budget)
+        history = await self.conversations.load(conversation_id) if conversation_id else ()
         provider = await self._model(sampling)
         await self.pool.wait_settled()  # a child still starting would otherwise be missing from the tools
         request = RunRequest(
@@ -159,6 +164,9 @@ class Engine:
                 result = await run(request, provider=provider, tools=caller, approver=approver, emit=fan_out)
             finally:
                 trace.close()
+            conversation = conversation_id or str(ULID())
+            trimmed = await self.conversations.save(conversation, result.transcript)
+            result = dataclasses.replace(result, conversation_id=conversation, conversation_trimmed=trimmed)
             usage = result.usage
             log.info(
                 "run_finished",

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from meta_agent.messages import ImagePart, ModelRequest, ModelResponse, Part
+from meta_agent.messages import ImagePart, Message, ModelRequest, ModelResponse, Part
 
 Mode = Literal["ask", "plan", "agent"]
 StopReason = Literal["final", "max_steps", "token_budget", "deadline", "cancelled", "error"]
@@ -52,6 +52,8 @@ class RunResult:
     usage: RunUsage = field(default_factory=RunUsage)
     images: tuple[ImagePart, ...] = ()  # images internal tools made during the run, for the host
     conversation_id: str | None = None
+    conversation_trimmed: int = 0  # oldest turns of the conversation dropped to keep it within bounds
+    transcript: tuple[Message, ...] = field(default=(), repr=False)  # the whole conversation so far
 
     def to_json(self) -> dict[str, Any]:
         """The structured result of design.md §2.4."""
@@ -60,6 +62,7 @@ class RunResult:
             "stop_reason": self.stop_reason,
             "run_id": self.run_id,
             "conversation_id": self.conversation_id,
+            **({"conversation_trimmed": self.conversation_trimmed} if self.conversation_trimmed else {}),
             "steps": [
                 {
                     "index": step.index,

@@ -24,6 +24,7 @@ from meta_agent.errors import ChildTimeout, LimitExceeded, MetaAgentError, Provi
 from meta_agent.events import Mode, RunResult, RunUsage, StepRecord, StopReason, ToolCallRecord
 from meta_agent.limits import Limits
 from meta_agent.messages import (
+    AssistantMessage,
     ImagePart,
     Message,
     ModelRequest,
@@ -224,6 +225,7 @@ class _Run:
         self.transcript.append(UserMessage.of(FINAL_TURN.format(why=limit)))
         turn = await self._model_turn(final=True)
         text = turn.text if isinstance(turn, (Answer, CallTools)) else ""
+        self.transcript.append(AssistantMessage(text=text))
         return self._result(text or f"(no answer: {limit})", limit.reason)  # type: ignore[arg-type]
 
     async def _model_turn(self, *, final: bool) -> Turn:
@@ -457,6 +459,7 @@ class _Run:
             steps=tuple(self.steps),
             usage=self._metrics(),
             images=tuple(self.images),
+            transcript=tuple(self.transcript),
         )
 
 

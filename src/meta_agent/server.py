@@ -82,7 +82,8 @@ class RunOut(BaseModel):
     answer: str
     stop_reason: str = Field(description="final, max_steps, token_budget, deadline, cancelled or error")
     run_id: str
-    conversation_id: str | None = None
+    conversation_id: str | None = Field(default=None, description="pass it back to `agent` to continue")
+    conversation_trimmed: int = Field(default=0, description="oldest turns dropped to keep the conversation in bounds")
     steps: list[StepOut]
     usage: UsageOut
 
@@ -194,11 +195,17 @@ def build_server(
     ) -> RunAnswer:
         """Carry out a task with every enabled tool (internal and child), within step, token and time limits.
         Tools that change things run only with the user's approval (trust levels)."""
-        if conversation_id is not None:
-            return _tool_error(f"conversation_id: unknown conversation {conversation_id!r} (none are kept yet)")
         if plan:
             task = f"{task}\n\nFirst write a short numbered plan, then carry it out step by step."
-        return await start(ctx, "agent", task, patterns=tools, max_steps=max_steps, token_budget=token_budget)
+        return await start(
+            ctx,
+            "agent",
+            task,
+            patterns=tools,
+            max_steps=max_steps,
+            token_budget=token_budget,
+            conversation_id=conversation_id,
+        )
 
     if "image_gen" in settings.enabled_internal_tools(["image_gen"]):
 
