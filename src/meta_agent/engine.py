@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,6 @@ class Engine:
         *,
         restart: bool = True,
         start_timeout: float = START_TIMEOUT,
-        on_change: Callable[[], None] | None = None,
         trust_file: Path | None = None,
     ) -> None:
         """`trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes.
@@ -59,7 +58,6 @@ class Engine:
         ]
         self.pool = ChildPool(servers, restart=restart, start_timeout=start_timeout, on_change=self._child_changed)
         self.caller = ToolCaller(self.pool.children, self.internal)
-        self._on_change = on_change
         self._toolbox: Toolbox | None = None
         self._provider: Provider | None = None
         self._provider_lock = anyio.Lock()
@@ -230,8 +228,6 @@ class Engine:
 
     def _child_changed(self, _child: ChildServer) -> None:
         self._toolbox = None
-        if self._on_change is not None:
-            self._on_change()
 
 
 def _tool_json(spec: ToolSpec) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from typing import Literal
 from meta_agent.config import TrustLevel
 from meta_agent.events import Mode
 
-MODES: tuple[Mode, ...] = ("ask", "plan", "agent")
 Decision = Literal["run", "ask", "deny"]
 
 _WILDCARDS = frozenset("*?[]!")
