@@ -57,6 +57,27 @@ async def test_a_trace_holds_the_whole_run(tmp_path: Path, llm: FakeLLM) -> None
     assert all("ts" in record for record in trace)
 
 
+async def test_requests_are_traced_as_what_is_new_and_rebuild_in_full(tmp_path: Path, llm: FakeLLM) -> None:
+    """Each model_requested record holds only the messages new since the last request (so a step costs the same at
+    step 200 as at step 1); read in order, the records give every request whole."""
+    llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "one"})))
+    llm.reply(openai_reply(None, ("c2", "f__echo", {"text": "two"})))
+    llm.reply(openai_reply("done"))
+    result, trace = await traced_run(tmp_path, llm)
+    records = [r["request"] for r in trace if r["kind"] == "model_requested"]
+    assert [r["messages_from"] for r in records] == [0, 1, 3]  # task; + call and result; + call and result
+    assert "tools" in records[0] and all("tools" not in r for r in records[1:])  # schemas only when they change
+    assert "system" in records[0] and all("system" not in r for r in records[1:])
+    rebuilt: list[Any] = []
+    for record in records:
+        assert len(rebuilt) == record["messages_from"]
+        rebuilt = rebuilt[: record["messages_from"]] + record["messages"]
+    wire = llm.requests[-1].body["messages"]  # what the openai SDK sent last: system + the whole transcript
+    assert len(rebuilt) == len(wire) - 1 == len(result.transcript) - 1
+    assert [m["role"] for m in rebuilt] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert rebuilt[4]["results"][0]["parts"][0]["text"] == "two"
+
+
 async def test_secrets_never_reach_a_trace(tmp_path: Path, llm: FakeLLM) -> None:
     """Plant secrets in the environment, a child's env and headers, and make the model and a tool repeat them."""
     llm.reply(

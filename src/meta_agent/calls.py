@@ -119,23 +119,37 @@ def error(text: str, kind: str = "tool") -> ToolOutcome:
     return ToolOutcome(parts=(TextPart(text=text),), is_error=True, error_kind=kind)
 
 
-async def with_heartbeat(work: Awaitable[T], *, every: float, beat: Callable[[float], Awaitable[None]]) -> T:
-    """Await `work`; every `every` seconds it is still running, call `beat` with the seconds elapsed."""
+@dataclass(eq=False)
+class _Wait:
+    step: int
+    waiting_for: str
+    started: float
+    beats: int = 0
 
-    async def beats() -> None:
-        started = anyio.current_time()
-        while True:
-            await anyio.sleep(every)
-            await beat(anyio.current_time() - started)
 
-    failure: Exception | None = None
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(beats)
+class Pulse:
+    """The heartbeats of one run, from one task (`run`): every wait (`wait`) still running after each `every`
+    seconds gets a beat with the seconds elapsed. A wait costs a set insertion, not a task."""
+
+    def __init__(self, every: float, beat: Callable[[int, str, float], Awaitable[None]]) -> None:
+        self._every = every
+        self._beat = beat
+        self._waits: set[_Wait] = set()
+
+    async def wait(self, step: int, waiting_for: str, work: Awaitable[T]) -> T:
+        waiting = _Wait(step, waiting_for, anyio.current_time())
+        self._waits.add(waiting)
         try:
-            result = await work
-        except Exception as exc:  # raised again below, outside the task group, so it is not wrapped in a group
-            failure = exc
-        tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-    return result
+            return await work
+        finally:
+            self._waits.discard(waiting)
+
+    async def run(self) -> None:
+        """Beat until cancelled; a beat is at most a quarter interval late."""
+        every = self._every
+        while True:
+            await anyio.sleep(every / 4)
+            now = anyio.current_time()
+            for waiting in [w for w in self._waits if now - w.started >= (w.beats + 1) * every]:
+                waiting.beats = int((now - waiting.started) // every)
+                await self._beat(waiting.step, waiting.waiting_for, now - waiting.started)

@@ -159,7 +159,7 @@ class _Run:
         self.tools = tools
         self.emit = emit
         self.approver = approver
-        self.heartbeat_interval = heartbeat_interval
+        self.pulse = calls.Pulse(heartbeat_interval, self._beat)
         self.by_alias = {spec.alias: spec for spec in request.tools}
         self.schemas = tuple(
             ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema)
@@ -186,7 +186,7 @@ class _Run:
             )
         )
         try:
-            result = await self._steps()
+            result = await self._steps_with_pulse()
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self.emit(ev.RunFinished(result=self._result("", "cancelled")))
@@ -195,6 +195,19 @@ class _Run:
             await self.emit(ev.RunFailed(run_id=request.run_id, error=str(exc)))
             raise
         await self.emit(ev.RunFinished(result=result))
+        return result
+
+    async def _steps_with_pulse(self) -> RunResult:
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.pulse.run)
+            try:
+                result = await self._steps()
+            except Exception as exc:  # raised again below, outside the task group, so it is not wrapped in a group
+                failure = exc
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
         return result
 
     async def _steps(self) -> RunResult:
@@ -277,14 +290,17 @@ class _Run:
         results: list[ToolResult | None] = [None] * len(calls)
         records: list[ToolCallRecord | None] = [None] * len(calls)
         turns = self._turns(calls[:allowed])
+        for index, call in enumerate(calls[allowed:], start=allowed):
+            refusal = f"not run: at most {allowed} tool calls per step; call it again in the next step"
+            results[index], records[index] = self._refused(call, refusal, "limit")
+        jobs = [(step, call, index, results, records, turns[index]) for index, call in enumerate(calls[:allowed])]
         with anyio.move_on_at(self._deadline()):
-            async with anyio.create_task_group() as tg:
-                for index, call in enumerate(calls):
-                    if index >= allowed:
-                        refusal = f"not run: at most {allowed} tool calls per step; call it again in the next step"
-                        results[index], records[index] = self._refused(call, refusal, "limit")
-                        continue
-                    tg.start_soon(self._call_one, step, call, index, results, records, turns[index])
+            if len(jobs) == 1:  # the common case needs no task of its own
+                await self._call_one(*jobs[0])
+            else:
+                async with anyio.create_task_group() as tg:
+                    for job in jobs:
+                        tg.start_soon(self._call_one, *job)
         for index, call in enumerate(calls):
             if results[index] is None:
                 results[index], records[index] = self._refused(call, "cancelled: the run's time limit passed", "limit")
@@ -408,11 +424,10 @@ class _Run:
 
     async def _beating(self, step: int, waiting_for: str, work: Awaitable[T]) -> T:
         """Await `work`; while it runs longer than the heartbeat interval, a heartbeat event repeats."""
+        return await self.pulse.wait(step, waiting_for, work)
 
-        async def beat(elapsed: float) -> None:
-            await self.emit(ev.Heartbeat(step=step, waiting_for=waiting_for, elapsed_s=elapsed))
-
-        return await calls.with_heartbeat(work, every=self.heartbeat_interval, beat=beat)
+    async def _beat(self, step: int, waiting_for: str, elapsed: float) -> None:
+        await self.emit(ev.Heartbeat(step=step, waiting_for=waiting_for, elapsed_s=elapsed))
 
     def _refused(self, call: ToolCall, why: str, kind: str) -> tuple[ToolResult, ToolCallRecord]:
         result = ToolResult(call_id=call.id, name=call.name, parts=(TextPart(text=why),), is_error=True)

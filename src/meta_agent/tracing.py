@@ -5,7 +5,10 @@ MCP SDK, httpx2) go through the same renderer. Below debug level an exception in
 not a traceback. Lines logged during a run carry its `run_id`.
 
 Traces: every event of a run, with the model requests and responses and the tool results in full, as JSON lines in
-`<META_AGENT_TRACE_DIR>/<run_id>.jsonl`, with secrets redacted.
+`<META_AGENT_TRACE_DIR>/<run_id>.jsonl`, with secrets redacted. A `model_requested` record holds what is new since
+the run's previous request: the messages from index `messages_from` on, and the system prompt and tool schemas only
+when they changed. The records of a trace, read in order, give every request in full, and a step costs the same
+whatever the length of the transcript.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
+
+from meta_agent.events import ModelRequested
+from meta_agent.messages import ModelRequest
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -124,6 +130,7 @@ class TraceWriter:
         self._file: TextIO | None = None
         self._broken = False
         self.path: Path | None = None
+        self._last_request: ModelRequest | None = None
 
     async def __call__(self, event: Any) -> None:
         if self._broken:
@@ -133,8 +140,9 @@ class TraceWriter:
                 self._directory.mkdir(parents=True, exist_ok=True)
                 self.path = self._directory / f"{event.run_id}.jsonl"
                 self._file = self.path.open("a", encoding="utf-8")
-            record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), **_plain(event)}
-            self._file.write(self._redact(json.dumps(record, ensure_ascii=False, default=str)) + "\n")
+            fields = self._request_record(event) if isinstance(event, ModelRequested) else vars(event)
+            record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), **fields}
+            self._file.write(self._redact(json.dumps(record, ensure_ascii=False, default=_jsonable)) + "\n")
             self._file.flush()
             if event.kind in ("run_finished", "run_failed"):
                 self.close()
@@ -142,6 +150,20 @@ class TraceWriter:
             self._broken = True
             self.close()
             structlog.get_logger("meta_agent.tracing").warning("trace_not_written", error=str(exc))
+
+    def _request_record(self, event: ModelRequested) -> dict[str, Any]:
+        request, last = event.request, self._last_request
+        self._last_request = request
+        known = len(last.messages) if last is not None else 0
+        if request.messages[:known] != (last.messages if last is not None else ()):
+            known = 0  # the transcript was rewritten, not extended: write it whole (tuples compare by identity first)
+        fields: dict[str, Any] = {"messages_from": known, "messages": request.messages[known:]}
+        if last is None or last.system != request.system:
+            fields["system"] = request.system
+        if last is None or last.tools != request.tools:
+            fields["tools"] = request.tools
+        fields |= {"tool_choice": request.tool_choice, "max_output_tokens": request.max_output_tokens}
+        return {"step": event.step, "request": fields, "kind": event.kind}
 
     def close(self) -> None:
         if self._file is not None:
@@ -152,8 +174,14 @@ class TraceWriter:
             self._file = None
 
 
-def _plain(event: Any) -> dict[str, Any]:
-    return dataclasses.asdict(event) if dataclasses.is_dataclass(event) else dict(event)
+def _jsonable(value: Any) -> Any:
+    """What `json.dumps` cannot encode itself: a dataclass as its fields, a mapping as a dict, else its text. The
+    encoder recurses in C, so an event costs little more than its size."""
+    if dataclasses.is_dataclass(value):
+        return vars(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return str(value)
 
 
 def prune_traces(directory: Path, max_age_days: float) -> int:
