@@ -170,3 +170,15 @@ def _traces_in_a_temporary_dir(tmp_path_factory: pytest.TempPathFactory) -> Iter
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fault suite's counts (tests/test_faults.py), as one line and, where $META_AGENT_FAULT_SUMMARY names a
+    file, as JSON there."""
+    from fault_tally import TALLY
+
+    if not TALLY.groups:
+        return
+    terminalreporter.write_line(TALLY.line())
+    if path := os.environ.get("META_AGENT_FAULT_SUMMARY"):
+        TALLY.write(Path(path))
