@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import structlog
 from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
@@ -57,6 +58,21 @@ async def test_an_unknown_conversation_is_a_clear_error(tmp_path: Path, llm: Fak
         result = await client.call_tool("agent", {"task": "t", "conversation_id": "01NOSUCHCONVERSATION000000"})
     assert result.is_error
     assert result.content[0].text == "conversation_id: unknown conversation '01NOSUCHCONVERSATION000000'"  # type: ignore[union-attr]
+
+
+async def test_a_store_that_cannot_be_written_costs_the_conversation_not_the_answer(
+    tmp_path: Path, llm: FakeLLM
+) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "a-file" / "c.sqlite3")
+    llm.reply(openai_reply("The answer."))
+    with structlog.testing.capture_logs() as logs:
+        async with Client(build_server(settings, {}, openai_env(llm))) as client:
+            result = await client.call_tool("agent", {"task": "t"})
+    assert not result.is_error
+    assert result.content[0].text == "The answer."  # type: ignore[union-attr]
+    assert result.structured_content["conversation_id"] is None  # type: ignore[index]
+    assert [e["path"] for e in logs if e["event"] == "conversation_not_saved"] == [str(settings.conversations_db)]
 
 
 def turn(n: int, size: int) -> list:

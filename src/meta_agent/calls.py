@@ -64,24 +64,26 @@ def refusal(spec: ToolSpec, verdict: Verdict) -> str:
 
 
 class ArgumentCheck:
-    """Validates arguments against each tool's input schema; one validator per tool, built on first use."""
+    """Validates arguments against each tool's input schema; one validator per tool, built on first use and again
+    when the tool's schema changes (a child restarted with a new version)."""
 
     def __init__(self) -> None:
-        self._validators: dict[str, jsonschema.protocols.Validator | None] = {}
+        self._validators: dict[str, tuple[Mapping[str, Any], jsonschema.protocols.Validator | None]] = {}
 
     def problem(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
         """What is wrong with `arguments`, or None. A schema that cannot be used to check (a child's bug) checks
         nothing: the child sees the arguments and answers for itself."""
-        if spec.name not in self._validators:
-            self._validators[spec.name] = _validator(spec)
-        validator = self._validators[spec.name]
+        schema, validator = self._validators.get(spec.name, (None, None))
+        if schema is not spec.input_schema and schema != spec.input_schema:
+            validator = _validator(spec)
+            self._validators[spec.name] = (spec.input_schema, validator)
         if validator is None:
             return None
         try:
             error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
         except Exception as exc:  # e.g. a bad regex in a pattern: the schema fails while checking
             log.warning("schema_unusable", tool=spec.name, error=f"{type(exc).__name__}: {exc}")
-            self._validators[spec.name] = None
+            self._validators[spec.name] = (spec.input_schema, None)
             return None
         if error is None:
             return None

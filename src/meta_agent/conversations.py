@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
-from dataclasses import asdict
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -27,7 +27,10 @@ from meta_agent.messages import (
     ToolMessage,
     ToolResult,
     UserMessage,
+    jsonable,
 )
+
+T = TypeVar("T")
 
 # About 100k tokens of text: what fits the context of every current model with room for the answer.
 MAX_CHARS = 400_000
@@ -47,45 +50,64 @@ def default_path(environ: Mapping[str, str]) -> Path:
 
 
 class Conversations:
-    """The store. Each call opens its own connection on a worker thread, so the event loop never waits on disk."""
+    """The store: one connection, used on worker threads one call at a time, so the event loop never waits on disk.
+    Write-ahead logging: a save is one append, and other processes on the same file can read meanwhile."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._connection: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
 
     async def load(self, conversation_id: str) -> tuple[Message, ...]:
         """Raises:
         ConfigError: no conversation has that id.
         """
-        row = await anyio.to_thread.run_sync(self._select, conversation_id)
+        row = await anyio.to_thread.run_sync(self._in_transaction, _select, conversation_id)
         if row is None:
             raise ConfigError(f"conversation_id: unknown conversation {conversation_id!r}")
         return tuple(message_from(m) for m in json.loads(row))
 
     async def save(self, conversation_id: str, transcript: tuple[Message, ...]) -> int:
-        """Store the transcript, trimmed to the bound; returns how many of its oldest turns were dropped."""
+        """Store the transcript, trimmed to the bound; returns how many of its oldest turns were dropped.
+
+        Raises:
+            sqlite3.Error, OSError: the store cannot be written.
+        """
         kept, dropped = trim(transcript)
-        body = json.dumps([asdict(m) for m in kept], ensure_ascii=False)
-        await anyio.to_thread.run_sync(self._upsert, conversation_id, body)
+        body = json.dumps(kept, ensure_ascii=False, default=jsonable)
+        await anyio.to_thread.run_sync(self._in_transaction, _upsert, conversation_id, body)
         return dropped
 
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, timeout=10)
-        connection.execute(SCHEMA)
-        return connection
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
 
-    def _select(self, conversation_id: str) -> str | None:
-        with self._connect() as connection:
-            row = connection.execute("select messages from conversations where id = ?", (conversation_id,)).fetchone()
-        return row[0] if row else None
+    def _in_transaction(self, work: Callable[..., T], *args: Any) -> T:
+        with self._lock:
+            if self._connection is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                connection = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
+                connection.execute("pragma journal_mode=wal")
+                connection.execute("pragma synchronous=normal")
+                connection.execute(SCHEMA)
+                self._connection = connection
+            with self._connection:
+                return work(self._connection, *args)
 
-    def _upsert(self, conversation_id: str, body: str) -> None:
-        with self._connect() as connection:
-            connection.execute(
-                "insert into conversations (id, messages) values (?, ?) "
-                "on conflict(id) do update set messages = excluded.messages, updated = datetime('now')",
-                (conversation_id, body),
-            )
+
+def _select(connection: sqlite3.Connection, conversation_id: str) -> str | None:
+    row = connection.execute("select messages from conversations where id = ?", (conversation_id,)).fetchone()
+    return row[0] if row else None
+
+
+def _upsert(connection: sqlite3.Connection, conversation_id: str, body: str) -> None:
+    connection.execute(
+        "insert into conversations (id, messages) values (?, ?) "
+        "on conflict(id) do update set messages = excluded.messages, updated = datetime('now')",
+        (conversation_id, body),
+    )
 
 
 def trim(transcript: tuple[Message, ...], max_chars: int = MAX_CHARS) -> tuple[tuple[Message, ...], int]:
@@ -96,15 +118,16 @@ def trim(transcript: tuple[Message, ...], max_chars: int = MAX_CHARS) -> tuple[t
         if isinstance(message, UserMessage) or not turns:
             turns.append([])
         turns[-1].append(message)
-    dropped = 0
-    while len(turns) > 1 and sum(_size(m) for turn in turns for m in turn) > max_chars:
-        turns.pop(0)
+    sizes = [sum(_size(m) for m in turn) for turn in turns]
+    total, dropped = sum(sizes), 0
+    while dropped < len(turns) - 1 and total > max_chars:
+        total -= sizes[dropped]
         dropped += 1
-    return tuple(m for turn in turns for m in turn), dropped
+    return tuple(m for turn in turns[dropped:] for m in turn), dropped
 
 
 def _size(message: Message) -> int:
-    return len(json.dumps(asdict(message), ensure_ascii=False))
+    return len(json.dumps(message, ensure_ascii=False, default=jsonable))
 
 
 def message_from(data: dict[str, Any]) -> Message:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import structlog
 from ulid import ULID
 
 from meta_agent import trustfile
-from meta_agent.calls import Approver
+from meta_agent.calls import ArgumentCheck, Approver
 from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, Questions
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.conversations import Conversations
@@ -44,8 +45,10 @@ class Engine:
         restart: bool = True,
         start_timeout: float = START_TIMEOUT,
         trust_file: Path | None = None,
+        provider: Provider | None = None,
     ) -> None:
-        """`trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes.
+        """`trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes. `provider`,
+        where given, is the model of every run instead of the one the settings name (benchmarks, embedding).
 
         Raises:
             ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool, or the trust file is not readable.
@@ -58,8 +61,10 @@ class Engine:
         ]
         self.pool = ChildPool(servers, restart=restart, start_timeout=start_timeout, on_change=self._child_changed)
         self.caller = ToolCaller(self.pool.children, self.internal)
+        self._checks = ArgumentCheck()  # validators outlive a run: building one costs more than a step
         self._toolbox: Toolbox | None = None
         self._provider: Provider | None = None
+        self._given_provider = provider
         self._provider_lock = anyio.Lock()
         self.trace_dir = settings.trace_dir or default_trace_dir(environ)
         self.conversations = Conversations(settings.conversations_db or default_conversations_path(environ))
@@ -81,6 +86,7 @@ class Engine:
             if self._provider is not None:
                 await self._provider.aclose()
         finally:
+            self.conversations.close()
             await self.pool.__aexit__(*exc_info)
 
     def toolbox(self) -> Toolbox:
@@ -159,12 +165,12 @@ class Engine:
         with structlog.contextvars.bound_contextvars(run_id=request.run_id):
             log.info("run_started", mode=mode, model=provider.name, tools=len(request.tools))
             try:
-                result = await run(request, provider=provider, tools=caller, approver=approver, emit=fan_out)
+                result = await run(
+                    request, provider=provider, tools=caller, approver=approver, emit=fan_out, checks=self._checks
+                )
             finally:
                 trace.close()
-            conversation = conversation_id or str(ULID())
-            trimmed = await self.conversations.save(conversation, result.transcript)
-            result = dataclasses.replace(result, conversation_id=conversation, conversation_trimmed=trimmed)
+            result = await self._remember(result, conversation_id or str(ULID()))
             usage = result.usage
             log.info(
                 "run_finished",
@@ -174,6 +180,16 @@ class Engine:
                 tokens=usage.input_tokens + usage.output_tokens,
             )
         return result
+
+    async def _remember(self, result: RunResult, conversation: str) -> RunResult:
+        """The result with the conversation it continues; a store that cannot be written costs the conversation id
+        (a warning), never the answer."""
+        try:
+            trimmed = await self.conversations.save(conversation, result.transcript)
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("conversation_not_saved", path=str(self.conversations.path), error=str(exc))
+            return result
+        return dataclasses.replace(result, conversation_id=conversation, conversation_trimmed=trimmed)
 
     def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:
         """The tools of `mode` that `patterns` pick.
@@ -195,6 +211,8 @@ class Engine:
         Raises:
             ModelNotConfigured: no usable model, saying what to set.
         """
+        if self._given_provider is not None:
+            return self._given_provider
         spec = (self.settings.model or "").strip()
         if spec == "sampling" or (not spec and sampling is not None):
             return make_provider("sampling", self.environ, sampling=sampling)

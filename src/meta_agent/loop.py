@@ -116,6 +116,7 @@ async def run(
     emit: Emit = _ignore,
     approver: Approver | None = None,
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
+    checks: calls.ArgumentCheck | None = None,
 ) -> RunResult:
     """Run one task to an answer.
 
@@ -123,7 +124,7 @@ async def run(
         ProviderError: the model provider failed (after a `RunFailed` event).
         Cancellation: re-raised after a `RunFinished` event with stop reason `cancelled`.
     """
-    return await _Run(request, provider, tools, emit, approver, heartbeat_interval).go()
+    return await _Run(request, provider, tools, emit, approver, heartbeat_interval, checks).go()
 
 
 class _Turn:
@@ -153,6 +154,7 @@ class _Run:
         emit: Emit,
         approver: Approver | None,
         heartbeat_interval: float,
+        checks: calls.ArgumentCheck | None,
     ) -> None:
         self.request = request
         self.provider = provider
@@ -165,7 +167,7 @@ class _Run:
             ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema)
             for spec in request.tools
         )
-        self.arguments = calls.ArgumentCheck()
+        self.arguments = checks or calls.ArgumentCheck()
         self.transcript: list[Message] = [*request.history, UserMessage.of(request.task)]
         self.usage = Usage()
         self.model_calls = 0

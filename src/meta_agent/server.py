@@ -107,6 +107,7 @@ def build_server(
     environ: Mapping[str, str],
     *,
     trust_file: Path | None = None,
+    provider: Provider | None = None,
 ) -> MCPServer:
     """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them).
 
@@ -117,7 +118,7 @@ def build_server(
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[Front]:
-        engine = Engine(settings, servers, environ, trust_file=trust_file)
+        engine = Engine(settings, servers, environ, trust_file=trust_file, provider=provider)
         async with engine, anyio.create_task_group() as parked_runs:
             holder["engine"] = engine
             try:

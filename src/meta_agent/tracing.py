@@ -13,7 +13,6 @@ whatever the length of the transcript.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
@@ -27,7 +26,7 @@ from typing import Any, TextIO
 import structlog
 
 from meta_agent.events import ModelRequested
-from meta_agent.messages import ModelRequest
+from meta_agent.messages import ModelRequest, jsonable
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -142,7 +141,7 @@ class TraceWriter:
                 self._file = self.path.open("a", encoding="utf-8")
             fields = self._request_record(event) if isinstance(event, ModelRequested) else vars(event)
             record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), **fields}
-            self._file.write(self._redact(json.dumps(record, ensure_ascii=False, default=_jsonable)) + "\n")
+            self._file.write(self._redact(json.dumps(record, ensure_ascii=False, default=jsonable)) + "\n")
             self._file.flush()
             if event.kind in ("run_finished", "run_failed"):
                 self.close()
@@ -172,16 +171,6 @@ class TraceWriter:
             except OSError:
                 pass
             self._file = None
-
-
-def _jsonable(value: Any) -> Any:
-    """What `json.dumps` cannot encode itself: a dataclass as its fields, a mapping as a dict, else its text. The
-    encoder recurses in C, so an event costs little more than its size."""
-    if dataclasses.is_dataclass(value):
-        return vars(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return str(value)
 
 
 def prune_traces(directory: Path, max_age_days: float) -> int:
