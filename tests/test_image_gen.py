@@ -132,7 +132,7 @@ async def test_bad_arguments_are_refused_before_any_request(
             "anthropic:claude-sonnet-5-5",
             {"OPENAI_API_KEY": "k"},
             "image_gen: META_AGENT_IMAGE_MODEL='anthropic:claude-sonnet-5-5' is not supported; set it to openai:MODEL"
-            " (e.g. openai:gpt-image-1) and set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server",
+            " (e.g. openai:gpt-image-2.5-flare) and set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server",
         ),
         ("openai:", {"OPENAI_API_KEY": "k"}, "image_gen: META_AGENT_IMAGE_MODEL='openai:' is not supported"),
         ("gpt-image-1", {"OPENAI_API_KEY": "k"}, "image_gen: META_AGENT_IMAGE_MODEL='gpt-image-1' is not supported"),

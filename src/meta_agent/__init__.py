@@ -1,8 +1,3 @@
 """meta-agent: an MCP server that is itself an agent."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("meta-agent")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0"
+__version__ = "0.1.0"

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
-import jsonschema
 import structlog
 
 from meta_agent.events import Mode
 from meta_agent.messages import ImagePart, Part, TextPart
 from meta_agent.policy import decide
 from meta_agent.toolbox import ToolOutcome, ToolSpec
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 T = TypeVar("T")
 log = structlog.get_logger("meta_agent.calls")
@@ -68,7 +70,7 @@ class ArgumentCheck:
     when the tool's schema changes (a child restarted with a new version)."""
 
     def __init__(self) -> None:
-        self._validators: dict[str, tuple[Mapping[str, Any], jsonschema.protocols.Validator | None]] = {}
+        self._validators: dict[str, tuple[Mapping[str, Any], Validator | None]] = {}
 
     def problem(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
         """What is wrong with `arguments`, or None. A schema that cannot be used to check (a child's bug) checks
@@ -79,8 +81,10 @@ class ArgumentCheck:
             self._validators[spec.name] = (spec.input_schema, validator)
         if validator is None:
             return None
+        from jsonschema.exceptions import best_match  # loaded with the validator: no cost after the first call
+
         try:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+            error = best_match(validator.iter_errors(dict(arguments)))
         except Exception as exc:  # e.g. a bad regex in a pattern: the schema fails while checking
             log.warning("schema_unusable", tool=spec.name, error=f"{type(exc).__name__}: {exc}")
             self._validators[spec.name] = (spec.input_schema, None)
@@ -91,7 +95,9 @@ class ArgumentCheck:
         return f"{where}: {error.message}" if where else error.message
 
 
-def _validator(spec: ToolSpec) -> jsonschema.protocols.Validator | None:
+def _validator(spec: ToolSpec) -> Validator | None:
+    import jsonschema  # here, not at the top: a server that never runs a tool never pays for the import
+
     try:
         cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(spec.input_schema)

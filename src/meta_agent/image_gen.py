@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import openai
-
 from meta_agent.errors import ImageGenError
 from meta_agent.messages import ImagePart, Part, TextPart
 from meta_agent.providers import provider_error
@@ -88,6 +86,8 @@ def image_gen_tool(image_model: str, environ: Mapping[str, str]) -> InternalTool
             request["size"] = size
         if limits.asks_for_base64:
             request["response_format"] = "b64_json"
+        import openai  # here, not at the top: the SDK takes half a second to import and a server may never draw
+
         async with openai.AsyncOpenAI(api_key=api_key, base_url=base_url) as client:
             try:
                 response = await client.images.generate(**request)
@@ -112,7 +112,7 @@ def _backend(image_model: str, environ: Mapping[str, str]) -> tuple[str, str | N
     if provider != "openai" or not model:
         raise ImageGenError(
             f"image_gen: META_AGENT_IMAGE_MODEL={image_model!r} is not supported; set it to openai:MODEL"
-            f" (e.g. openai:gpt-image-1) and {WHAT_TO_SET}"
+            f" (e.g. openai:gpt-image-2.5-flare) and {WHAT_TO_SET}"
         )
     api_key = environ.get("OPENAI_API_KEY") or None
     base_url = environ.get("OPENAI_BASE_URL") or None
