@@ -13,6 +13,7 @@ from meta_agent.errors import (
     ModelNotConfigured,
     ProviderAuthError,
     ProviderBadRequest,
+    ProviderError,
     ProviderRateLimited,
     ProviderUnavailable,
 )
@@ -220,6 +221,19 @@ async def test_anthropic_errors(llm: FakeLLM, status: int, error: type, message:
     provider = make_provider("anthropic:claude-sonnet-5-5", anthropic_env(llm))
     try:
         with pytest.raises(error, match=re.escape(message)):
+            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
+    finally:
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("spec", ["anthropic:claude-sonnet-5-5", "openai:fake-model"])
+@pytest.mark.parametrize("body", [b'{"id": "x", "content": [', b"[1, 2]", b'{"content": "not blocks", "choices": 3}'])
+async def test_a_malformed_answer_is_a_provider_error(llm: FakeLLM, spec: str, body: bytes) -> None:
+    llm.reply_raw(body)
+    environ = anthropic_env(llm) if spec.startswith("anthropic") else openai_env(llm)
+    provider = make_provider(spec, environ)
+    try:
+        with pytest.raises(ProviderError, match=f"^{re.escape(spec)}: the provider's answer was malformed"):
             await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
     finally:
         await provider.aclose()

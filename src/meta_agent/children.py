@@ -294,7 +294,14 @@ class ChildServer:
         if entry.command is not None:
             if entry.cwd is not None and not os.path.isdir(entry.cwd):
                 raise _StartFailure(f"cwd {entry.cwd!r} is not a directory")
-            params = StdioServerParameters(command=entry.command, args=list(entry.args), env=entry.env, cwd=entry.cwd)
+            # Bytes that are not UTF-8 become U+FFFD: a strict decoder would stall the connection until the child exits.
+            params = StdioServerParameters(
+                command=entry.command,
+                args=list(entry.args),
+                env=entry.env,
+                cwd=entry.cwd,
+                encoding_error_handler="replace",
+            )
             async with anyio.create_task_group() as tg:
                 with self._stderr_pipe(tg) as errlog:
                     async with self._client_for(stdio_client(params, errlog=errlog)) as client:

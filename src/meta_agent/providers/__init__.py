@@ -185,6 +185,15 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
     return ProviderError(f"{name}: {type(exc).__name__}: {detail}")
 
 
+# What parsing an answer that is not the vendor's wire format raises: a body that is not JSON (ValueError), or JSON of
+# another shape (the rest), read by the SDK or by our own conversion of its result.
+MALFORMED = (ValueError, TypeError, AttributeError, KeyError, IndexError)
+
+
+def malformed_answer(exc: Exception, *, name: str) -> ProviderError:
+    return ProviderError(f"{name}: the provider's answer was malformed ({type(exc).__name__}: {_first_line(str(exc))})")
+
+
 def _body_message(body: object) -> str | None:
     """The vendor's own error text: `{"error": {"message": ...}}` (both vendors) or `{"message": ...}`."""
     if isinstance(body, dict):

@@ -22,7 +22,7 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
-from meta_agent.providers import provider_error
+from meta_agent.providers import MALFORMED, malformed_answer, provider_error
 
 # Messages needs max_tokens; this is enough for an answer or a round of tool calls.
 DEFAULT_MAX_TOKENS = 8192
@@ -61,11 +61,13 @@ class AnthropicProvider:
             arguments["tool_choice"] = {"type": request.tool_choice}
         try:
             message = await self._client.messages.create(**arguments)
+            return _response(message)
         except anthropic.AnthropicError as exc:
             raise provider_error(
                 exc, anthropic, name=self._name, key_variable="ANTHROPIC_API_KEY", base_url=str(self._client.base_url)
             ) from None
-        return _response(message)
+        except MALFORMED as exc:
+            raise malformed_answer(exc, name=self._name) from None
 
 
 def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:

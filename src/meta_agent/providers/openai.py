@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from meta_agent.errors import ModelNotConfigured
 from meta_agent.messages import (
@@ -23,7 +24,7 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
-from meta_agent.providers import provider_error
+from meta_agent.providers import MALFORMED, malformed_answer, provider_error
 
 
 class OpenAIProvider:
@@ -66,12 +67,16 @@ class OpenAIProvider:
         if request.max_output_tokens:
             arguments["max_completion_tokens"] = request.max_output_tokens
         try:
-            completion = await self._client.chat.completions.create(**arguments)
+            # The SDK's own `post`, not `chat.completions.create`: the body is already in wire form, and create's
+            # typed-dict transform walks the whole transcript on every turn (milliseconds a turn, growing).
+            completion = await self._client.post("/chat/completions", body=arguments, cast_to=ChatCompletion)
+            return _response(completion)
         except openai.OpenAIError as exc:
             raise provider_error(
                 exc, openai, name=self._name, key_variable=self._key_variable, base_url=str(self._client.base_url)
             ) from None
-        return _response(completion)
+        except MALFORMED as exc:
+            raise malformed_answer(exc, name=self._name) from None
 
 
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:
