@@ -1,0 +1,72 @@
+"""Cold start: from spawning a server on stdio to its first `tools/list` answer, and (meta-agent) to all its children
+ready, with 1, 4 and 8 echo children; next to a bare one-tool MCPServer and FastMCP's multi-server proxy of the
+same children, interleaved round by round."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+from common import ECHO_ENTRY, HERE, clock, spread
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+CHILDREN = (1, 4, 8)
+READY_TIMEOUT = 120
+
+
+async def _first_answer(args: list[str]) -> float:
+    started = clock()
+    async with Client(stdio_client(StdioServerParameters(command=sys.executable, args=args))) as client:
+        await client.list_tools()
+        return clock() - started
+
+
+async def bare() -> dict[str, float]:
+    first = await _first_answer([str(HERE / "bare_server.py")])
+    return {"first answer": first}
+
+
+async def meta_agent(children: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as state:
+        config = Path(state) / "servers.json"
+        config.write_text(json.dumps({"mcpServers": {f"echo{i}": ECHO_ENTRY for i in range(children)}}))
+        env = {"META_AGENT_TRACE_DIR": f"{state}/traces", "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db"}
+        args = ["-m", "meta_agent", "serve", "--config", str(config), "--log-level", "warning"]
+        started = clock()
+        params = StdioServerParameters(command=sys.executable, args=args, env=env)
+        async with Client(stdio_client(params)) as client:
+            await client.list_tools()
+            first = clock() - started
+            with anyio.fail_after(READY_TIMEOUT):
+                while True:  # a benchmark may poll: it measures, it does not synchronise a test
+                    toolbox = json.loads((await client.read_resource("meta-agent://toolbox")).contents[0].text)
+                    if all(server["status"] == "ready" for server in toolbox["servers"]):
+                        break
+                    await anyio.sleep(0.005)
+            ready = clock() - started
+    return {"first answer": first, "all children ready": ready}
+
+
+async def fastmcp(children: int) -> dict[str, float]:
+    first = await _first_answer([str(HERE / "fastmcp_proxy.py"), str(children)])
+    return {"first answer": first}
+
+
+async def measure(rounds: int) -> dict[str, Any]:
+    per: dict[str, list[float]] = {}
+
+    def add(system: str, figures: dict[str, float]) -> None:
+        for what, seconds in figures.items():
+            per.setdefault(f"{system}: {what}", []).append(seconds * 1000)
+
+    for _ in range(rounds):
+        add("bare MCPServer", await bare())
+        for n in CHILDREN:
+            add(f"meta-agent, {n} children", await meta_agent(n))
+            add(f"FastMCP 4.1 proxy, {n} children", await fastmcp(n))
+    return {name: spread(values) for name, values in per.items()}

@@ -1,0 +1,103 @@
+"""Loop overhead per tool step: one agent run whose scripted model calls `echo.echo` 200 times, next to the same 200
+calls made directly with the SDK client and the same script run by pydantic-ai's agent (its function model and its
+MCP toolset), interleaved round by round on the same stdio child.
+
+A step's time is the gap between two consecutive model calls: everything the loop does around one tool call.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from common import ECHO, ECHO_ENTRY, clock, echo_client, gaps_ms, spread
+
+from meta_agent.config import ServerEntry, Settings
+from meta_agent.engine import Engine
+from meta_agent.messages import ModelRequest, ModelResponse, ToolCall
+from meta_agent.providers.scripted import ScriptedProvider
+
+STEPS = 200
+
+
+async def direct(steps: int = STEPS) -> list[float]:
+    async with echo_client() as client:
+        await client.call_tool("echo", {"text": "warm-up"})
+        stamps = [clock()]
+        for i in range(steps):
+            await client.call_tool("echo", {"text": f"call {i}"})
+            stamps.append(clock())
+    return gaps_ms(stamps)
+
+
+async def meta_agent(steps: int = STEPS) -> list[float]:
+    stamps: list[float] = []
+
+    async def model(request: ModelRequest) -> ModelResponse:
+        stamps.append(clock())
+        n = len(stamps)
+        if n > steps:
+            return ModelResponse(text="done")
+        return ModelResponse(tool_calls=(ToolCall(id=f"c{n}", name="echo__echo", arguments={"text": f"call {n}"}),))
+
+    with tempfile.TemporaryDirectory() as state:
+        settings = Settings(
+            model="scripted",
+            max_steps=steps + 1,
+            max_steps_ceiling=steps + 1,
+            trace_dir=Path(state) / "traces",
+            conversations_db=Path(state) / "conversations.db",
+        )
+        servers = {"echo": ServerEntry.model_validate(ECHO_ENTRY)}
+        provider = ScriptedProvider([model] * (steps + 1))
+        async with Engine(settings, servers, {}, provider=provider) as engine:
+            await engine.pool.wait_settled()
+            await engine.pool.children["echo"].call("echo", {"text": "warm-up"})
+            result = await engine.run("echo 200 times", mode="agent")
+    assert result.stop_reason == "final" and result.usage.tool_calls == steps, result.to_json()
+    return gaps_ms(stamps)
+
+
+async def pydantic_ai(steps: int = STEPS) -> list[float]:
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai import Agent
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.messages import ModelMessage, ModelResponse as PaiResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import UsageLimits
+
+    import sys
+
+    stamps: list[float] = []
+
+    def model(_messages: list[ModelMessage], _info: AgentInfo) -> PaiResponse:
+        stamps.append(clock())
+        n = len(stamps)
+        if n > steps:
+            return PaiResponse(parts=[TextPart("done")])
+        return PaiResponse(parts=[ToolCallPart("echo", {"text": f"call {n}"}, tool_call_id=f"c{n}")])
+
+    toolset = MCPToolset(StdioTransport(command=sys.executable, args=[str(ECHO)]))
+    agent = Agent(FunctionModel(model), toolsets=[toolset])
+    async with agent:
+        await toolset.direct_call_tool("echo", {"text": "warm-up"})
+        result = await agent.run("echo 200 times", usage_limits=UsageLimits(request_limit=steps + 1))
+    assert result.output == "done", result.output
+    return gaps_ms(stamps)
+
+
+SYSTEMS = {"direct SDK call": direct, "meta-agent": meta_agent, "pydantic-ai": pydantic_ai}
+
+
+async def measure(rounds: int) -> dict[str, Any]:
+    """Per system: the median step of each round over all steps, over the first 20 and over the last 20."""
+    per: dict[str, dict[str, list[float]]] = {name: {"all": [], "first 20": [], "last 20": []} for name in SYSTEMS}
+    for _ in range(rounds):
+        for name, system in SYSTEMS.items():
+            gaps = await system()
+            assert len(gaps) == STEPS, (name, len(gaps))
+            per[name]["all"].append(spread(gaps)["median"])
+            per[name]["first 20"].append(spread(gaps[:20])["median"])
+            per[name]["last 20"].append(spread(gaps[-20:])["median"])
+    return {name: {part: spread(values) for part, values in parts.items()} for name, parts in per.items()}

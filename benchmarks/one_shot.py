@@ -1,0 +1,75 @@
+"""One-shot: `meta-agent run` of a one-tool task end to end (a new process, its child, two turns of a model endpoint
+on 127.0.0.1 that answers at once, the answer on stdout) against a bare SDK client script that starts the same child
+and makes the same call, interleaved round by round."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from common import ECHO, ECHO_ENTRY, HERE, clock, spread
+
+BARE_CLIENT = f"""
+import anyio
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    params = StdioServerParameters(command={sys.executable!r}, args=[{str(ECHO)!r}])
+    async with Client(stdio_client(params)) as client:
+        result = await client.call_tool("echo", {{"text": "hello"}})
+    print(result.content[0].text)
+
+anyio.run(main)
+"""
+
+
+@contextmanager
+def model_endpoint(delay: float = 0.0, tool_turns: int = 1) -> Iterator[str]:
+    """The benchmark model endpoint in its own process; yields its base URL."""
+    args = [sys.executable, str(HERE / "model_server.py"), "--delay", str(delay), "--tool-turns", str(tool_turns)]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("PORT "), line
+        yield f"http://127.0.0.1:{line.split()[1]}/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _timed(args: list[str], env: dict[str, str]) -> float:
+    started = clock()
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    elapsed = clock() - started
+    assert done.returncode == 0 and done.stdout.strip().endswith(("hello", "done")), (done.stdout, done.stderr[-2000:])
+    return elapsed * 1000
+
+
+def measure(rounds: int) -> dict[str, Any]:
+    per: dict[str, list[float]] = {"bare SDK client script": [], "meta-agent run": []}
+    with tempfile.TemporaryDirectory() as state, model_endpoint() as base_url:
+        config = Path(state) / "servers.json"
+        config.write_text(json.dumps({"mcpServers": {"echo": ECHO_ENTRY}}))
+        env = {
+            **os.environ,
+            "META_AGENT_MODEL": "openai:bench",
+            "OPENAI_BASE_URL": base_url,
+            "OPENAI_API_KEY": "bench",
+            "META_AGENT_TRACE_DIR": f"{state}/traces",
+            "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db",
+        }
+        run = [sys.executable, "-m", "meta_agent", "run", "Echo hello.", "--config", str(config), "--tools", "echo.*"]
+        bare = [sys.executable, "-c", BARE_CLIENT]
+        for _ in range(rounds):
+            per["bare SDK client script"].append(_timed(bare, env))
+            per["meta-agent run"].append(_timed(run, env))
+    return {name: spread(values) for name, values in per.items()}
