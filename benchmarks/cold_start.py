@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from common import ECHO_ENTRY, HERE, clock, spread
+from common import ECHO_ENTRY, HERE, QUIET, clock, spread
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -21,7 +21,8 @@ READY_TIMEOUT = 120
 
 async def _first_answer(args: list[str]) -> float:
     started = clock()
-    async with Client(stdio_client(StdioServerParameters(command=sys.executable, args=args))) as client:
+    params = StdioServerParameters(command=sys.executable, args=args)
+    async with Client(stdio_client(params, errlog=QUIET)) as client:
         await client.list_tools()
         return clock() - started
 

@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,18 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextmanager
+def _serving(config: Path, port: int, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """`meta-agent serve --transport http` in its own process."""
+    args = ["-m", "meta_agent", "serve", "--transport", "http", "--port", str(port), "--config", str(config)]
+    server = subprocess.Popen([sys.executable, *args, "--log-level", "warning"], env=env)
+    try:
+        yield server
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 async def _wait_healthy(url: str) -> None:
     """Until /health says every child is ready (polling is fine here: this measures, it is not a test)."""
     async with httpx2.AsyncClient() as http:
@@ -49,20 +63,22 @@ async def _wait_healthy(url: str) -> None:
 
 
 async def _burst(url: str, mode: str) -> float:
-    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120)) as http:
-        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
-            results: list[t.CallToolResult] = []
+    async with (
+        httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120)) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
+    ):
+        results: list[t.CallToolResult] = []
 
-            async def one(i: int) -> None:
-                results.append(await client.call_tool("agent", {"task": f"echo hello ({i})", "tools": ["echo.*"]}))
+        async def one(i: int) -> None:
+            results.append(await client.call_tool("agent", {"task": f"echo hello ({i})", "tools": ["echo.*"]}))
 
-            await one(-1)  # warm: the model client and the child's connection exist before the clock starts
-            results.clear()
-            started = clock()
-            async with anyio.create_task_group() as tg:
-                for i in range(CALLS):
-                    tg.start_soon(one, i)
-            elapsed = clock() - started
+        await one(-1)  # warm: the model client and the child's connection exist before the clock starts
+        results.clear()
+        started = clock()
+        async with anyio.create_task_group() as tg:
+            for i in range(CALLS):
+                tg.start_soon(one, i)
+        elapsed = clock() - started
     bad = [r for r in results if r.is_error or (r.structured_content or {}).get("stop_reason") != "final"]
     assert len(results) == CALLS and not bad, bad[:1]
     assert all(r.structured_content["usage"]["model_calls"] == TURNS for r in results)  # type: ignore[index]
@@ -83,9 +99,7 @@ async def measure(rounds: int) -> dict[str, Any]:
             "META_AGENT_TRACE_DIR": f"{state}/traces",
             "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db",
         }
-        args = ["-m", "meta_agent", "serve", "--transport", "http", "--port", str(port), "--config", str(config)]
-        server = subprocess.Popen([sys.executable, *args, "--log-level", "warning"], env=env)
-        try:
+        with _serving(config, port, env) as server:
             url = f"http://127.0.0.1:{port}"
             await _wait_healthy(url)
             process = psutil.Process(server.pid)
@@ -94,8 +108,5 @@ async def measure(rounds: int) -> dict[str, Any]:
                 per["2025-11-25 session"].append(await _burst(url, "legacy"))
                 per["2026-07-28 (no session)"].append(await _burst(url, "auto"))
             cpu_ms = (sum(process.cpu_times()[:2]) - cpu_before) * 1000
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
     runs = rounds * len(per) * (CALLS + 1)  # each burst makes one warm-up call too
     return {name: spread(values) for name, values in per.items()} | {"server cpu ms per run": cpu_ms / runs}

@@ -1,6 +1,6 @@
 """FastMCP's proxy of N echo children over stdio (one child: a plain proxy; several: its multi-server proxy).
 
-    python fastmcp_proxy.py N
+python fastmcp_proxy.py N
 """
 
 from __future__ import annotations

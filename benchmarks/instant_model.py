@@ -18,7 +18,9 @@ class InstantModel:
             return ModelResponse(text=" ".join(p.text for p in last.results[0].parts if isinstance(p, TextPart)))
         task = request.messages[0].parts[0].text  # type: ignore[union-attr]
         alias, _, text = task.partition(" ")
-        return ModelResponse(tool_calls=(ToolCall(id=f"c{len(request.messages)}", name=alias, arguments={"text": text}),))
+        return ModelResponse(
+            tool_calls=(ToolCall(id=f"c{len(request.messages)}", name=alias, arguments={"text": text}),)
+        )
 
     async def aclose(self) -> None:
         return None

@@ -60,14 +60,15 @@ async def meta_agent(steps: int = STEPS) -> list[float]:
 
 
 async def pydantic_ai(steps: int = STEPS) -> list[float]:
+    import sys
+
     from fastmcp.client.transports import StdioTransport
     from pydantic_ai import Agent
     from pydantic_ai.mcp import MCPToolset
-    from pydantic_ai.messages import ModelMessage, ModelResponse as PaiResponse, TextPart, ToolCallPart
+    from pydantic_ai.messages import ModelMessage, TextPart, ToolCallPart
+    from pydantic_ai.messages import ModelResponse as PaiResponse
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from pydantic_ai.usage import UsageLimits
-
-    import sys
 
     stamps: list[float] = []
 

@@ -35,7 +35,9 @@ async def measure() -> dict[str, Any]:
         config = Path(state) / "servers.json"
         config.write_text(json.dumps({"mcpServers": {f"echo{i}": ECHO_ENTRY for i in range(CHILDREN)}}))
         env = {"META_AGENT_TRACE_DIR": f"{state}/traces", "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db"}
-        params = StdioServerParameters(command=sys.executable, args=[str(HERE / "serve_instant.py"), str(config)], env=env)
+        params = StdioServerParameters(
+            command=sys.executable, args=[str(HERE / "serve_instant.py"), str(config)], env=env
+        )
         async with Client(stdio_client(params)) as client:
             with anyio.fail_after(120):
                 while True:  # until every child is ready (a benchmark may poll)

@@ -35,7 +35,9 @@ def answer(body: dict, tool_turns: int) -> dict:
         "object": "chat.completion",
         "created": 0,
         "model": body.get("model", "bench"),
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if "tool_calls" in message else "stop"}],
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if "tool_calls" in message else "stop"}
+        ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp.types as t
-from common import ECHO_ENTRY, HERE, clock, echo_client, spread
+from common import ECHO_ENTRY, HERE, QUIET, clock, echo_client, spread
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -25,7 +25,7 @@ CALLS = 100
 
 def _client(script: str, *args: str, env: dict[str, str] | None = None) -> Client:
     params = StdioServerParameters(command=sys.executable, args=[str(HERE / script), *args], env=env)
-    return Client(stdio_client(params))
+    return Client(stdio_client(params, errlog=QUIET))
 
 
 def _text(result: t.CallToolResult) -> str:

@@ -22,14 +22,14 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import cold_start  # noqa: E402
-import concurrency  # noqa: E402
-import loop  # noqa: E402
-import memory  # noqa: E402
-import one_shot  # noqa: E402
-import proxy  # noqa: E402
+import cold_start
+import concurrency
+import loop
+import memory
+import one_shot
+import proxy
 
-from meta_agent.tracing import configure_logging  # noqa: E402
+from meta_agent.tracing import configure_logging
 
 ROOT = Path(__file__).parent.parent
 RESULTS = Path(__file__).parent / "RESULTS.md"
@@ -42,14 +42,24 @@ def ms(figure: dict[str, float]) -> str:
 
 def machine() -> list[str]:
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in line),
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
         platform.processor() or "unknown",
     )
-    memory_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if "MemTotal" in line)
-    peers = ", ".join(f"{name} {version(name)}" for name in ("mcp", "pydantic-ai-slim", "fastmcp", "openai", "anthropic"))
+    memory_kb = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if "MemTotal" in line
+    )
+    peers = ", ".join(
+        f"{name} {version(name)}" for name in ("mcp", "pydantic-ai-slim", "fastmcp", "openai", "anthropic")
+    )
     return [
-        f"- Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), "
-        f"{memory_kb / 1024 / 1024:.0f} GiB",
+        (
+            f"- Machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), "
+            f"{memory_kb / 1024 / 1024:.0f} GiB"
+        ),
         f"- Python {platform.python_version()}; meta-agent {version('meta-agent')}; {peers}",
         f"- Run: {time.strftime('%Y-%m-%d %H:%M %Z')}, `scripts/bench` ({' '.join(sys.argv[1:]) or 'default rounds'})",
     ]
@@ -60,7 +70,7 @@ def fault_suite() -> dict[str, Any]:
         summary = Path(state) / "faults.json"
         env = {**os.environ, "META_AGENT_FAULT_SUMMARY": str(summary)}
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_faults.py"]
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         print(done.stdout.strip().splitlines()[-2] if done.stdout.strip() else done.stderr[-2000:])
         if done.returncode != 0 or not summary.exists():
             raise SystemExit(f"the fault suite failed:\n{done.stdout[-4000:]}")
@@ -102,11 +112,15 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
         "|---|---|---|---|",
         *(f"| {name} | {ms(f['all'])} | {ms(f['first 20'])} | {ms(f['last 20'])} |" for name, f in lp.items()),
         "",
-        f"- meta-agent adds **{added:.2f} ms** per step over the direct call (target ≤ 1 ms: {verdict(added <= 1)});"
-        f" pydantic-ai adds {pai_added:.2f} ms ({pai_added / max(added, 0.01):.0f}× ours).",
-        f"- Flatness, last 20 / first 20: meta-agent {ours['last 20']['median'] / ours['first 20']['median']:.2f},"
-        f" pydantic-ai {pai['last 20']['median'] / pai['first 20']['median']:.2f},"
-        f" direct {direct['last 20']['median'] / direct['first 20']['median']:.2f}.",
+        (
+            f"- meta-agent adds **{added:.2f} ms** per step over the direct call (target ≤ 1 ms: {verdict(added <= 1)});"
+            f" pydantic-ai adds {pai_added:.2f} ms ({pai_added / max(added, 0.01):.0f}× ours)."
+        ),
+        (
+            f"- Flatness, last 20 / first 20: meta-agent {ours['last 20']['median'] / ours['first 20']['median']:.2f},"
+            f" pydantic-ai {pai['last 20']['median'] / pai['first 20']['median']:.2f},"
+            f" direct {direct['last 20']['median'] / direct['first 20']['median']:.2f}."
+        ),
         "",
     ]
 
@@ -139,10 +153,14 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
     ]
     firsts = [cs[f"meta-agent, {n} children: first answer"]["median"] for n in cold_start.CHILDREN]
     lines += [
-        f"- First answer ≤ 1.5× the bare server: {verdict(max(firsts) / bare <= 1.5)} (worst {max(firsts) / bare:.2f}×);"
-        f" 8 children vs 1: {firsts[-1] / firsts[0]:.2f}×.",
-        "- All-ready with N children is bounded by CPU here: each echo child spends about a bare server's start"
-        " importing the SDK, and 2 cores start at most 2 at a time.",
+        (
+            f"- First answer ≤ 1.5× the bare server: {verdict(max(firsts) / bare <= 1.5)} (worst {max(firsts) / bare:.2f}×);"
+            f" 8 children vs 1: {firsts[-1] / firsts[0]:.2f}×."
+        ),
+        (
+            "- All-ready with N children is bounded by CPU here: each echo child spends about a bare server's start"
+            " importing the SDK, and 2 cores start at most 2 at a time."
+        ),
         "",
     ]
 
@@ -155,24 +173,30 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
         "|---|---|",
         *(f"| {name} | {ms(f)} |" for name, f in os_.items()),
         "",
-        f"- Ratio {ratio:.2f}× (target ≤ 1.3×: {verdict(ratio <= 1.3)}). meta-agent also imports the openai SDK"
-        " and makes two model calls (to an endpoint on 127.0.0.1 that answers at once).",
+        (
+            f"- Ratio {ratio:.2f}× (target ≤ 1.3×: {verdict(ratio <= 1.3)}). meta-agent also imports the openai SDK"
+            " and makes two model calls (to an endpoint on 127.0.0.1 that answers at once)."
+        ),
         "",
     ]
 
     cc = results["concurrency"]
     ideal = concurrency.TURNS * concurrency.TURN_DELAY * 1000
     lines += [
-        f"## Concurrency ({concurrency.CALLS} `agent` calls at once over streamable HTTP, {concurrency.TURNS} turns of"
-        f" {concurrency.TURN_DELAY * 1000:.0f} ms each)",
+        (
+            f"## Concurrency ({concurrency.CALLS} `agent` calls at once over streamable HTTP, {concurrency.TURNS} turns of"
+            f" {concurrency.TURN_DELAY * 1000:.0f} ms each)"
+        ),
         "",
         "| caller | wall time | × ideal |",
         "|---|---|---|",
         *(f"| {name} | {ms(f)} | {f['median'] / ideal:.2f}× |" for name, f in cc.items() if isinstance(f, dict)),
         "",
-        f"- Ideal {ideal:.0f} ms; target ≤ 1.3×: {verdict(min(f['median'] for f in cc.values() if isinstance(f, dict)) / ideal <= 1.3)}."
-        f" The server spends {cc['server cpu ms per run']:.1f} ms of CPU per run (measured), and one process runs on one"
-        " core: the wall time is that CPU times the runs, not the model's latency.",
+        (
+            f"- Ideal {ideal:.0f} ms; target ≤ 1.3×: {verdict(min(f['median'] for f in cc.values() if isinstance(f, dict)) / ideal <= 1.3)}."
+            f" The server spends {cc['server cpu ms per run']:.1f} ms of CPU per run (measured), and one process runs on one"
+            " core: the wall time is that CPU times the runs, not the model's latency."
+        ),
         "",
     ]
 
@@ -191,10 +215,14 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
     lines += [
         "## Fault suite (tests/test_faults.py, also part of `scripts/test`)",
         "",
-        f"- Injected {faults['injected']}, handled {faults['handled']}, hung {faults['hung']} (must be 0), leaked"
-        f" {faults['leaked']} (must be 0).",
-        f"- Cancel-to-child latency: median {cancel['median']:.1f} ms, max {cancel['max']:.1f} ms over {cancel['n']}"
-        f" cancellations (target < 200 ms: {verdict(cancel['max'] < 200)}).",
+        (
+            f"- Injected {faults['injected']}, handled {faults['handled']}, hung {faults['hung']} (must be 0), leaked"
+            f" {faults['leaked']} (must be 0)."
+        ),
+        (
+            f"- Cancel-to-child latency: median {cancel['median']:.1f} ms, max {cancel['max']:.1f} ms over {cancel['n']}"
+            f" cancellations (target < 200 ms: {verdict(cancel['max'] < 200)})."
+        ),
         "",
         "| category | injected | handled | hung |",
         "|---|---|---|---|",

@@ -1,6 +1,6 @@
 """`meta-agent serve` (stdio) with the instant in-process model: our real server, children and loop, no model wait.
 
-    python serve_instant.py SERVERS_JSON
+python serve_instant.py SERVERS_JSON
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from pathlib import Path
 
 from instant_model import InstantModel
 
-from meta_agent.config import load_servers
-from meta_agent.config import Settings
+from meta_agent.config import Settings, load_servers
 from meta_agent.server import build_server
 from meta_agent.tracing import configure_logging
 

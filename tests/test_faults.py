@@ -415,7 +415,7 @@ def bad_output_reports(server: str) -> int:
 async def test_child_writes_garbage_to_stdout(llm: FakeLLM) -> None:
     """A child that writes non-protocol lines to its stdout, before serving and between answers: every call still
     answers, each bad line is reported in our log, and the child is kept."""
-    assert set(BAD_LINES) == set(GARBAGE) - {"binary"}  # binary: see test_invalid_utf8_on_a_childs_stdout_is_reported_not_fatal
+    assert set(BAD_LINES) == set(GARBAGE) - {"binary"}  # binary: see test_invalid_utf8_on_a_childs_stdout_...
     rng = random.Random(202)
     servers = {"g": faulty_entry("--garbage", trust={"garble": "always"})}
     async with group("child_garbage"), serving(llm, servers) as (client, engine):

@@ -91,7 +91,8 @@ class Conversations:
                 connection = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
                 connection.execute("pragma journal_mode=wal")
                 connection.execute("pragma synchronous=normal")
-                connection.execute("pragma cache_size=-256")  # KiB: lookups are by key; the 2 MiB default only grows RSS
+                # KiB: lookups are by key, so the 2 MiB default cache would only add to resident memory
+                connection.execute("pragma cache_size=-256")
                 connection.execute(SCHEMA)
                 self._connection = connection
             with self._connection:

@@ -16,7 +16,7 @@ import structlog
 from ulid import ULID
 
 from meta_agent import trustfile
-from meta_agent.calls import ArgumentCheck, Approver
+from meta_agent.calls import Approver, ArgumentCheck
 from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, Questions
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.conversations import Conversations

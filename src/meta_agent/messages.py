@@ -5,8 +5,8 @@ Tool names in the transcript are the model-facing aliases (the names the model s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
