@@ -92,13 +92,20 @@ SYSTEMS = {"direct SDK call": direct, "meta-agent": meta_agent, "pydantic-ai": p
 
 
 async def measure(rounds: int) -> dict[str, Any]:
-    """Per system: the median step of each round over all steps, over the first 20 and over the last 20."""
+    """Per system: the median step of each round over all steps, over the first 20 and over the last 20; and, per
+    round, what each system adds to the direct call of the same round (the drift of a shared machine cancels)."""
     per: dict[str, dict[str, list[float]]] = {name: {"all": [], "first 20": [], "last 20": []} for name in SYSTEMS}
+    added: dict[str, list[float]] = {name: [] for name in SYSTEMS if name != "direct SDK call"}
     for _ in range(rounds):
+        medians = {}
         for name, system in SYSTEMS.items():
             gaps = await system()
             assert len(gaps) == STEPS, (name, len(gaps))
-            per[name]["all"].append(spread(gaps)["median"])
+            medians[name] = spread(gaps)["median"]
+            per[name]["all"].append(medians[name])
             per[name]["first 20"].append(spread(gaps[:20])["median"])
             per[name]["last 20"].append(spread(gaps[-20:])["median"])
-    return {name: {part: spread(values) for part, values in parts.items()} for name, parts in per.items()}
+        for name in added:
+            added[name].append(medians[name] - medians["direct SDK call"])
+    figures: dict[str, Any] = {name: {part: spread(v) for part, v in parts.items()} for name, parts in per.items()}
+    return figures | {"added per step": {name: spread(values) for name, values in added.items()}}

@@ -115,8 +115,10 @@ class Redactor:
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
-        text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
-        return _KEY_SHAPED.sub(REDACTED, text)
+        # The patterns run only where their literal part occurs: scanning for it is many times faster.
+        if "bearer" in text.lower():
+            text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+        return _KEY_SHAPED.sub(REDACTED, text) if "sk-" in text else text
 
 
 class TraceWriter:

@@ -10,8 +10,10 @@ sampling         the host's own model through MCP sampling (given by the MCP fro
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Protocol
 
+import anyio
 import httpx2
 
 from meta_agent.errors import (
@@ -127,7 +129,7 @@ async def resolve_provider(
         ModelNotConfigured: nothing usable, with exactly what to set.
     """
     if spec:
-        return make_provider(spec, environ, sampling=sampling)
+        return await _made(spec, environ, sampling=sampling)
     if sampling is not None:
         return sampling
     for provider, key in (
@@ -136,11 +138,17 @@ async def resolve_provider(
         ("gemini", "GEMINI_API_KEY"),
     ):
         if environ.get(key):
-            return make_provider(f"{provider}:{DEFAULT_MODELS[provider]}", environ)
+            return await _made(f"{provider}:{DEFAULT_MODELS[provider]}", environ)
     model = await _ollama_model(environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
     if model is not None:
-        return make_provider(f"ollama:{model}", environ)
+        return await _made(f"ollama:{model}", environ)
     raise ModelNotConfigured(f"no model is configured: {WHAT_TO_SET}")
+
+
+async def _made(spec: str, environ: Mapping[str, str], *, sampling: Provider | None = None) -> Provider:
+    """`make_provider` on a worker thread: importing a vendor's SDK takes half a second, and the event loop must go
+    on serving meanwhile (children finishing their handshake, other callers)."""
+    return await anyio.to_thread.run_sync(partial(make_provider, spec, environ, sampling=sampling))
 
 
 async def _ollama_model(host: str) -> str | None:
