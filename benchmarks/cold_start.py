@@ -65,9 +65,15 @@ async def measure(rounds: int) -> dict[str, Any]:
         for what, seconds in figures.items():
             per.setdefault(f"{system}: {what}", []).append(seconds * 1000)
 
+    ratios: dict[str, list[float]] = {}
     for _ in range(rounds):
-        add("bare MCPServer", await bare())
+        yardstick = await bare()
+        add("bare MCPServer", yardstick)
         for n in CHILDREN:
-            add(f"meta-agent, {n} children", await meta_agent(n))
+            ours = await meta_agent(n)
+            add(f"meta-agent, {n} children", ours)
             add(f"FastMCP 4.1 proxy, {n} children", await fastmcp(n))
-    return {name: spread(values) for name, values in per.items()}
+            first = ours["first answer"] / yardstick["first answer"]
+            ratios.setdefault(f"meta-agent, {n} children", []).append(first)
+    figures: dict[str, Any] = {name: spread(values) for name, values in per.items()}
+    return figures | {"first answer / bare, per round": {name: spread(v) for name, v in ratios.items()}}

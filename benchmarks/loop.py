@@ -105,7 +105,7 @@ async def measure(rounds: int) -> dict[str, Any]:
             per[name]["all"].append(medians[name])
             per[name]["first 20"].append(spread(gaps[:20])["median"])
             per[name]["last 20"].append(spread(gaps[-20:])["median"])
-        for name in added:
-            added[name].append(medians[name] - medians["direct SDK call"])
+        for name, values in added.items():
+            values.append(medians[name] - medians["direct SDK call"])
     figures: dict[str, Any] = {name: {part: spread(v) for part, v in parts.items()} for name, parts in per.items()}
     return figures | {"added per step": {name: spread(values) for name, values in added.items()}}

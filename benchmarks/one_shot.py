@@ -69,7 +69,9 @@ def measure(rounds: int) -> dict[str, Any]:
         }
         run = [sys.executable, "-m", "meta_agent", "run", "Echo hello.", "--config", str(config), "--tools", "echo.*"]
         bare = [sys.executable, "-c", BARE_CLIENT]
+        ratios = []
         for _ in range(rounds):
             per["bare SDK client script"].append(_timed(bare, env))
             per["meta-agent run"].append(_timed(run, env))
-    return {name: spread(values) for name, values in per.items()}
+            ratios.append(per["meta-agent run"][-1] / per["bare SDK client script"][-1])
+    return {name: spread(values) for name, values in per.items()} | {"ratio per round": spread(ratios)}

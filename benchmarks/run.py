@@ -142,7 +142,8 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
         "",
     ]
 
-    cs = results["cold_start"]
+    cs = dict(results["cold_start"])
+    paired = cs.pop("first answer / bare, per round")
     bare = cs["bare MCPServer: first answer"]["median"]
     lines += [
         "## Cold start (spawn to first `tools/list` answer; meta-agent also to all children ready)",
@@ -154,10 +155,10 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
     ]
     firsts = [cs[f"meta-agent, {n} children: first answer"]["median"] for n in cold_start.CHILDREN]
     lines += [
-        (
-            f"- First answer ≤ 1.5× the bare server: {verdict(max(firsts) / bare <= 1.5)} (worst {max(firsts) / bare:.2f}×);"
-            f" 8 children vs 1: {firsts[-1] / firsts[0]:.2f}×."
-        ),
+        "- First answer / bare server, paired per round: "
+        + ", ".join(f"{name} {f['median']:.2f}×" for name, f in paired.items())
+        + f". Target ≤ 1.5×: {verdict(max(f['median'] for f in paired.values()) <= 1.5)};"
+        + f" 8 children vs 1: {firsts[-1] / firsts[0]:.2f}×.",
         (
             "- All-ready with N children is bounded by CPU here: each echo child spends about a bare server's start"
             " importing the SDK, and 2 cores start at most 2 at a time."
@@ -165,8 +166,8 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
         "",
     ]
 
-    os_ = results["one_shot"]
-    ratio = os_["meta-agent run"]["median"] / os_["bare SDK client script"]["median"]
+    os_ = dict(results["one_shot"])
+    ratio = os_.pop("ratio per round")["median"]
     lines += [
         "## One-shot (`meta-agent run` of a one-tool task vs a bare SDK client script making the same call)",
         "",
@@ -175,7 +176,7 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
         *(f"| {name} | {ms(f)} |" for name, f in os_.items()),
         "",
         (
-            f"- Ratio {ratio:.2f}× (target ≤ 1.3×: {verdict(ratio <= 1.3)}). meta-agent also imports the openai SDK"
+            f"- Ratio {ratio:.2f}× (the median of each round's ratio; target ≤ 1.3×: {verdict(ratio <= 1.3)}). meta-agent also imports the openai SDK"
             " and makes two model calls (to an endpoint on 127.0.0.1 that answers at once)."
         ),
         "",
@@ -242,7 +243,7 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help=f"write the report again from {RAW.name}")
     args = parser.parse_args()
     configure_logging("warning")
-    rounds = dict.fromkeys(("proxy", "one_shot", "concurrency"), 5) | {"loop": 7, "cold_start": 3}
+    rounds = dict.fromkeys(("proxy", "concurrency"), 5) | {"loop": 7, "one_shot": 7, "cold_start": 3}
     if args.quick:
         rounds = dict.fromkeys(rounds, 1)
     if args.report_only:
