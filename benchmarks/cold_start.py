@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import anyio
-from common import ECHO_ENTRY, HERE, QUIET, clock, spread
+from common import HERE, QUIET, bench_config, clock, spread
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -34,9 +33,7 @@ async def bare() -> dict[str, float]:
 
 async def meta_agent(children: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as state:
-        config = Path(state) / "servers.json"
-        config.write_text(json.dumps({"mcpServers": {f"echo{i}": ECHO_ENTRY for i in range(children)}}))
-        env = {"META_AGENT_TRACE_DIR": f"{state}/traces", "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db"}
+        config, env = bench_config(state, children=children)
         args = ["-m", "meta_agent", "serve", "--config", str(config), "--log-level", "warning"]
         started = clock()
         params = StdioServerParameters(command=sys.executable, args=args, env=env)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -34,3 +35,17 @@ def spread(values: Sequence[float]) -> dict[str, float]:
 def gaps_ms(stamps: Sequence[float]) -> list[float]:
     """Milliseconds between consecutive time stamps."""
     return [(b - a) * 1000 for a, b in pairwise(stamps)]
+
+
+def bench_config(state: str, *, children: int = 1) -> tuple[Path, dict[str, str]]:
+    """A servers.json of echo children in the directory `state`, and the environment that keeps meta-agent's traces
+    and conversations there too."""
+    config = Path(state) / "servers.json"
+    entries = {"echo": ECHO_ENTRY} if children == 1 else {f"echo{i}": ECHO_ENTRY for i in range(children)}
+    config.write_text(json.dumps({"mcpServers": entries}))
+    return config, {"META_AGENT_TRACE_DIR": f"{state}/traces", "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db"}
+
+
+def model_env(base_url: str) -> dict[str, str]:
+    """The environment that points meta-agent at the benchmark model endpoint."""
+    return {"META_AGENT_MODEL": "openai:bench", "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "bench"}

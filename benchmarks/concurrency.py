@@ -4,7 +4,6 @@ turn after 100 ms. The ideal wall time is 3 × 100 ms = 0.3 s."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -19,7 +18,7 @@ import anyio
 import httpx2
 import mcp.types as t
 import psutil
-from common import ECHO_ENTRY, clock, spread
+from common import bench_config, clock, model_env, spread
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from one_shot import model_endpoint
@@ -88,17 +87,9 @@ async def _burst(url: str, mode: str) -> float:
 async def measure(rounds: int) -> dict[str, Any]:
     per: dict[str, list[float]] = {"2025-11-25 session": [], "2026-07-28 (no session)": []}
     with tempfile.TemporaryDirectory() as state, model_endpoint(TURN_DELAY, TURNS - 1) as base_url:
-        config = Path(state) / "servers.json"
-        config.write_text(json.dumps({"mcpServers": {"echo": ECHO_ENTRY}}))
+        config, state_env = bench_config(state)
+        env = {**os.environ, **model_env(base_url), **state_env}
         port = _free_port()
-        env = {
-            **os.environ,
-            "META_AGENT_MODEL": "openai:bench",
-            "OPENAI_BASE_URL": base_url,
-            "OPENAI_API_KEY": "bench",
-            "META_AGENT_TRACE_DIR": f"{state}/traces",
-            "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db",
-        }
         with _serving(config, port, env) as server:
             url = f"http://127.0.0.1:{port}"
             await _wait_healthy(url)

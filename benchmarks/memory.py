@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import anyio
 import psutil
-from common import ECHO_ENTRY, HERE
+from common import HERE, bench_config
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -32,9 +31,7 @@ def _server_process(children: int) -> psutil.Process:
 
 async def measure() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as state:
-        config = Path(state) / "servers.json"
-        config.write_text(json.dumps({"mcpServers": {f"echo{i}": ECHO_ENTRY for i in range(CHILDREN)}}))
-        env = {"META_AGENT_TRACE_DIR": f"{state}/traces", "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db"}
+        config, env = bench_config(state, children=CHILDREN)
         params = StdioServerParameters(
             command=sys.executable, args=[str(HERE / "serve_instant.py"), str(config)], env=env
         )

@@ -4,17 +4,15 @@ and makes the same call, interleaved round by round."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from common import ECHO, ECHO_ENTRY, HERE, clock, spread
+from common import ECHO, HERE, bench_config, clock, model_env, spread
 
 BARE_CLIENT = f"""
 import anyio
@@ -57,16 +55,8 @@ def _timed(args: list[str], env: dict[str, str]) -> float:
 def measure(rounds: int) -> dict[str, Any]:
     per: dict[str, list[float]] = {"bare SDK client script": [], "meta-agent run": []}
     with tempfile.TemporaryDirectory() as state, model_endpoint() as base_url:
-        config = Path(state) / "servers.json"
-        config.write_text(json.dumps({"mcpServers": {"echo": ECHO_ENTRY}}))
-        env = {
-            **os.environ,
-            "META_AGENT_MODEL": "openai:bench",
-            "OPENAI_BASE_URL": base_url,
-            "OPENAI_API_KEY": "bench",
-            "META_AGENT_TRACE_DIR": f"{state}/traces",
-            "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db",
-        }
+        config, state_env = bench_config(state)
+        env = {**os.environ, **model_env(base_url), **state_env}
         run = [sys.executable, "-m", "meta_agent", "run", "Echo hello.", "--config", str(config), "--tools", "echo.*"]
         bare = [sys.executable, "-c", BARE_CLIENT]
         ratios = []

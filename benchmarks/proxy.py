@@ -8,15 +8,13 @@ figure is a whole run: MCP request, two model turns, the child call, the trace a
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import mcp.types as t
-from common import ECHO_ENTRY, HERE, QUIET, clock, echo_client, spread
+from common import HERE, QUIET, bench_config, clock, echo_client, spread
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -51,9 +49,7 @@ async def direct(calls: int = CALLS) -> list[float]:
 
 async def meta_agent(calls: int = CALLS) -> list[float]:
     with tempfile.TemporaryDirectory() as state:
-        config = Path(state) / "servers.json"
-        config.write_text(json.dumps({"mcpServers": {"echo": ECHO_ENTRY}}))
-        env = {"META_AGENT_TRACE_DIR": f"{state}/traces", "META_AGENT_CONVERSATIONS_DB": f"{state}/c.db"}
+        config, env = bench_config(state)
         async with _client("serve_instant.py", str(config), env=env) as client:
 
             async def through(text: str) -> str:
