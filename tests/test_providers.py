@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import pytest
 from conftest import free_port, openai_env, time_entry
 from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
+from mcp import Client
 
 from meta_agent.children import ChildPool
+from meta_agent.config import Settings
 from meta_agent.errors import (
     ModelNotConfigured,
     ProviderAuthError,
@@ -31,6 +34,7 @@ from meta_agent.messages import (
     UserMessage,
 )
 from meta_agent.providers import make_provider, resolve_provider
+from meta_agent.server import build_server
 from meta_agent.toolbox import Toolbox, ToolCaller
 
 pytestmark = pytest.mark.anyio
@@ -237,6 +241,20 @@ async def test_a_malformed_answer_is_a_provider_error(llm: FakeLLM, spec: str, b
             await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
     finally:
         await provider.aclose()
+
+
+async def test_a_model_that_does_not_answer_is_given_up_after_the_model_timeout(llm: FakeLLM) -> None:
+    """META_AGENT_MODEL_TIMEOUT bounds each attempt (the SDK retries twice), so a hung model endpoint ends the call
+    with a one-line error instead of holding it for the SDK's 600 s a try."""
+    for _ in range(3):
+        llm.reply(openai_reply("too late"), delay=30)
+    settings = Settings(model="openai:fake-model", model_timeout=0.3)
+    async with Client(build_server(settings, {}, openai_env(llm))) as client:
+        with anyio.fail_after(20):
+            result = await client.call_tool("agent", {"task": "t"})
+    assert result.is_error
+    assert result.content[0].text == f"openai:fake-model: no answer from {llm.url}/v1/ in time (after retries)"  # type: ignore[union-attr]
+    assert len(llm.requests) == 3  # the first try and the SDK's two retries
 
 
 async def test_ollama_preset_and_discovery(llm: FakeLLM) -> None:

@@ -329,6 +329,8 @@ class Settings(BaseSettings):
     token_budget: int = Field(default=200_000, ge=1)
     # Wall-clock seconds a run may take before its last turn (the time a user takes to answer a question counts).
     time_limit: float | None = Field(default=1800.0, gt=0)
+    # Seconds one model request may take, per attempt (the SDKs retry twice): also what bounds a run's last turn.
+    model_timeout: float = Field(default=300.0, gt=0)
     trace_dir: Path | None = None  # None: the user state dir (see tracing.default_trace_dir)
     trace_max_age_days: float = Field(default=14.0, gt=0)
     conversations_db: Path | None = None  # None: the user data dir (see conversations.default_path)

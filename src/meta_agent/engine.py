@@ -218,7 +218,7 @@ class Engine:
             return make_provider("sampling", self.environ, sampling=sampling)
         async with self._provider_lock:  # two first calls at once must not make (and leak) two clients
             if self._provider is None:
-                self._provider = await resolve_provider(spec or None, self.environ)
+                self._provider = await resolve_provider(spec or None, self.environ, timeout=self.settings.model_timeout)
         return self._provider
 
     def _limits(self, mode: Mode, max_steps: int | None, token_budget: int | None) -> Limits:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import httpx2
@@ -84,7 +84,9 @@ def parse_model(spec: str) -> tuple[str, str]:
     return provider, model
 
 
-def make_provider(spec: str, environ: Mapping[str, str], *, sampling: Provider | None = None) -> Provider:
+def make_provider(
+    spec: str, environ: Mapping[str, str], *, sampling: Provider | None = None, timeout: float | None = None
+) -> Provider:
     """The provider `spec` names.
 
     Raises:
@@ -102,34 +104,43 @@ def make_provider(spec: str, environ: Mapping[str, str], *, sampling: Provider |
         from meta_agent.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(
-            model, api_key=environ.get("ANTHROPIC_API_KEY"), base_url=environ.get("ANTHROPIC_BASE_URL") or None
+            model,
+            api_key=environ.get("ANTHROPIC_API_KEY"),
+            base_url=environ.get("ANTHROPIC_BASE_URL") or None,
+            timeout=timeout,
         )
     from meta_agent.providers.openai import OpenAIProvider
 
     if provider == "ollama":
         host = environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
-        return OpenAIProvider(model, label="ollama", base_url=f"{_with_scheme(host)}/v1", api_key="ollama")
+        return OpenAIProvider(
+            model, label="ollama", base_url=f"{_with_scheme(host)}/v1", api_key="ollama", timeout=timeout
+        )
     if provider == "gemini":
         key = environ.get("GEMINI_API_KEY")
         if not key:
             raise ModelNotConfigured(f"META_AGENT_MODEL={spec}: set GEMINI_API_KEY")
-        return OpenAIProvider(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key)
+        return OpenAIProvider(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key, timeout=timeout)
     return OpenAIProvider(
-        model, base_url=environ.get("OPENAI_BASE_URL") or None, api_key=environ.get("OPENAI_API_KEY") or None
+        model,
+        base_url=environ.get("OPENAI_BASE_URL") or None,
+        api_key=environ.get("OPENAI_API_KEY") or None,
+        timeout=timeout,
     )
 
 
 async def resolve_provider(
-    spec: str | None, environ: Mapping[str, str], *, sampling: Provider | None = None
+    spec: str | None, environ: Mapping[str, str], *, sampling: Provider | None = None, timeout: float | None = None
 ) -> Provider:
     """The provider for a run: `spec` (META_AGENT_MODEL) if set; else the host's model through sampling; else the
-    default model of the first provider whose API key is set; else Ollama if it answers at OLLAMA_HOST.
+    default model of the first provider whose API key is set; else Ollama if it answers at OLLAMA_HOST. `timeout`:
+    seconds a request may take, per attempt (None: the SDK's default).
 
     Raises:
         ModelNotConfigured: nothing usable, with exactly what to set.
     """
     if spec:
-        return await _made(spec, environ, sampling=sampling)
+        return await _made(spec, environ, sampling=sampling, timeout=timeout)
     if sampling is not None:
         return sampling
     for provider, key in (
@@ -138,17 +149,17 @@ async def resolve_provider(
         ("gemini", "GEMINI_API_KEY"),
     ):
         if environ.get(key):
-            return await _made(f"{provider}:{DEFAULT_MODELS[provider]}", environ)
+            return await _made(f"{provider}:{DEFAULT_MODELS[provider]}", environ, timeout=timeout)
     model = await _ollama_model(environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
     if model is not None:
-        return await _made(f"ollama:{model}", environ)
+        return await _made(f"ollama:{model}", environ, timeout=timeout)
     raise ModelNotConfigured(f"no model is configured: {WHAT_TO_SET}")
 
 
-async def _made(spec: str, environ: Mapping[str, str], *, sampling: Provider | None = None) -> Provider:
+async def _made(spec: str, environ: Mapping[str, str], **options: Any) -> Provider:
     """`make_provider` on a worker thread: importing a vendor's SDK takes half a second, and the event loop must go
     on serving meanwhile (children finishing their handshake, other callers)."""
-    return await anyio.to_thread.run_sync(partial(make_provider, spec, environ, sampling=sampling))
+    return await anyio.to_thread.run_sync(partial(make_provider, spec, environ, **options))
 
 
 async def _ollama_model(host: str) -> str | None:

@@ -29,12 +29,15 @@ DEFAULT_MAX_TOKENS = 8192
 
 
 class AnthropicProvider:
-    def __init__(self, model: str, *, api_key: str | None, base_url: str | None = None) -> None:
+    def __init__(
+        self, model: str, *, api_key: str | None, base_url: str | None = None, timeout: float | None = None
+    ) -> None:
         if not api_key:
             raise ModelNotConfigured(f"anthropic:{model}: set ANTHROPIC_API_KEY")
         self._name = f"anthropic:{model}"
         self._model = model
-        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url)
+        options = {} if timeout is None else {"timeout": timeout}  # per attempt; None keeps the SDK's own
+        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, **options)
 
     @property
     def name(self) -> str:

@@ -31,7 +31,13 @@ class OpenAIProvider:
     """One model behind the Chat Completions wire format."""
 
     def __init__(
-        self, model: str, *, label: str = "openai", base_url: str | None = None, api_key: str | None = None
+        self,
+        model: str,
+        *,
+        label: str = "openai",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
     ) -> None:
         if not api_key:
             if base_url is None:
@@ -39,7 +45,8 @@ class OpenAIProvider:
             api_key = "none"  # local OpenAI-compatible servers take any key
         self._name = f"{label}:{model}"
         self._model = model
-        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url)
+        options = {} if timeout is None else {"timeout": timeout}  # per attempt; None keeps the SDK's 600 s
+        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, **options)
         self._key_variable = {"gemini": "GEMINI_API_KEY", "ollama": "OLLAMA_HOST"}.get(label, "OPENAI_API_KEY")
 
     @property
