@@ -25,6 +25,7 @@ from meta_agent.messages import (
     AssistantMessage,
     ImagePart,
     ModelRequest,
+    ModelResponse,
     TextPart,
     ThinkingPart,
     ToolCall,
@@ -62,6 +63,15 @@ TRANSCRIPT = (
 
 def anthropic_env(llm: FakeLLM) -> dict[str, str]:
     return {"ANTHROPIC_BASE_URL": llm.url, "ANTHROPIC_API_KEY": "sk-ant-test"}
+
+
+async def ask_once(spec: str, environ: dict[str, str]) -> ModelResponse:
+    """One question through a provider made for it, closed afterwards."""
+    provider = make_provider(spec, environ)
+    try:
+        return await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
+    finally:
+        await provider.aclose()
 
 
 async def test_openai_tool_calls_usage_and_request_shape(llm: FakeLLM) -> None:
@@ -133,12 +143,8 @@ async def test_openai_errors_are_typed_one_liners(
 ) -> None:
     for status, text in replies:
         llm.reply(error_body(text), status, **FAST_RETRY)
-    provider = make_provider("openai:gpt-5.5", openai_env(llm))
-    try:
-        with pytest.raises(error) as caught:
-            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
-    finally:
-        await provider.aclose()
+    with pytest.raises(error) as caught:
+        await ask_once("openai:gpt-5.5", openai_env(llm))
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
     assert len(llm.requests) == attempts  # the SDK retried what is transient, and only that
@@ -147,23 +153,15 @@ async def test_openai_errors_are_typed_one_liners(
 async def test_a_transient_failure_is_retried_by_the_sdk(llm: FakeLLM) -> None:
     llm.reply(error_body("overloaded"), 503, **FAST_RETRY)
     llm.reply(openai_reply("fine"))
-    provider = make_provider("openai:gpt-5.5", openai_env(llm))
-    try:
-        response = await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
-    finally:
-        await provider.aclose()
+    response = await ask_once("openai:gpt-5.5", openai_env(llm))
     assert response.text == "fine"
     assert len(llm.requests) == 2
 
 
 async def test_an_unreachable_endpoint() -> None:
     env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{free_port()}/v1", "OPENAI_API_KEY": "k"}
-    provider = make_provider("openai:m", env)
-    try:
-        with pytest.raises(ProviderUnavailable, match=r"openai:m: cannot connect to http://127\.0\.0\.1:\d+/v1"):
-            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
-    finally:
-        await provider.aclose()
+    with pytest.raises(ProviderUnavailable, match=r"openai:m: cannot connect to http://127\.0\.0\.1:\d+/v1"):
+        await ask_once("openai:m", env)
 
 
 async def test_anthropic_tool_use_thinking_and_request_shape(llm: FakeLLM) -> None:
@@ -222,12 +220,8 @@ async def test_anthropic_tool_use_thinking_and_request_shape(llm: FakeLLM) -> No
 async def test_anthropic_errors(llm: FakeLLM, status: int, error: type, message: str) -> None:
     for _ in range(3):
         llm.reply(error_body("nope", "overloaded_error" if status == 529 else "error"), status, **FAST_RETRY)
-    provider = make_provider("anthropic:claude-sonnet-5-5", anthropic_env(llm))
-    try:
-        with pytest.raises(error, match=re.escape(message)):
-            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
-    finally:
-        await provider.aclose()
+    with pytest.raises(error, match=re.escape(message)):
+        await ask_once("anthropic:claude-sonnet-5-5", anthropic_env(llm))
 
 
 @pytest.mark.parametrize("spec", ["anthropic:claude-sonnet-5-5", "openai:fake-model"])
@@ -235,12 +229,8 @@ async def test_anthropic_errors(llm: FakeLLM, status: int, error: type, message:
 async def test_a_malformed_answer_is_a_provider_error(llm: FakeLLM, spec: str, body: bytes) -> None:
     llm.reply_raw(body)
     environ = anthropic_env(llm) if spec.startswith("anthropic") else openai_env(llm)
-    provider = make_provider(spec, environ)
-    try:
-        with pytest.raises(ProviderError, match=f"^{re.escape(spec)}: the provider's answer was malformed"):
-            await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
-    finally:
-        await provider.aclose()
+    with pytest.raises(ProviderError, match=f"^{re.escape(spec)}: the provider's answer was malformed"):
+        await ask_once(spec, environ)
 
 
 async def test_a_model_that_does_not_answer_is_given_up_after_the_model_timeout(llm: FakeLLM) -> None:
@@ -315,12 +305,8 @@ async def test_a_model_that_cannot_be_used_says_why(spec: str, env: dict[str, st
 
 
 async def test_a_local_openai_compatible_server_needs_no_key(llm: FakeLLM) -> None:
-    provider = make_provider("openai:local-model", {"OPENAI_BASE_URL": f"{llm.url}/v1"})
     llm.reply(openai_reply("local"))
-    try:
-        assert (await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))).text == "local"
-    finally:
-        await provider.aclose()
+    assert (await ask_once("openai:local-model", {"OPENAI_BASE_URL": f"{llm.url}/v1"})).text == "local"
 
 
 async def test_the_loop_over_http_with_a_real_child(llm: FakeLLM) -> None:
