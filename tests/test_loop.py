@@ -12,7 +12,7 @@ import pytest
 from conftest import fault_entry, time_entry
 
 from meta_agent import events as ev
-from meta_agent.calls import Verdict
+from meta_agent.calls import ArgumentCheck, Verdict
 from meta_agent.children import ChildPool
 from meta_agent.errors import ProviderUnavailable, ScriptError
 from meta_agent.limits import Limits
@@ -485,6 +485,19 @@ async def test_a_schema_that_cannot_check_lets_the_child_answer(pool: ChildPool)
     provider = ScriptedProvider([reply("", call("f__echo", text="through")), reply("ok")])
     await run(RunRequest(task="t", mode="agent", tools=(echo,)), provider=provider, tools=ToolCaller(pool.children, []))
     assert tool_results(provider.requests[1]) == [("through", False)]
+
+
+async def test_argument_checks_follow_a_tool_whose_schema_changed(pool: ChildPool) -> None:
+    """One ArgumentCheck outlives runs (the engine keeps it): a child restarted with a new schema is checked against
+    the new one, not the validator built for the old."""
+    checks = ArgumentCheck()
+    echo = Toolbox.build([], pool).by_name["f.echo"]
+    assert checks.problem(echo, {"text": "x"}) is None
+    assert checks.problem(echo, {"text": 1}) == "text: 1 is not of type 'string'"
+    renamed = {"type": "object", "properties": {"words": {"type": "string"}}, "required": ["words"]}
+    changed = dataclasses.replace(echo, input_schema=renamed)
+    assert checks.problem(changed, {"text": "x"}) == "'words' is a required property"
+    assert checks.problem(changed, {"words": "x"}) is None
 
 
 async def test_metrics_count_errors_by_category_and_time_per_tool(pool: ChildPool) -> None:

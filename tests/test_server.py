@@ -18,6 +18,8 @@ from fault_server import TINY_PNG
 from mcp import Client
 
 from meta_agent.config import Settings
+from meta_agent.messages import ModelResponse
+from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.server import build_server
 
 pytestmark = pytest.mark.anyio
@@ -312,3 +314,13 @@ async def test_the_time_limit_setting_bounds_a_run(llm: FakeLLM) -> None:
         result = await client.call_tool("agent", {"task": "t"})
     assert result.structured_content and result.structured_content["stop_reason"] == "deadline"
     assert text_of(result) == "ran out of time"
+
+
+async def test_a_given_provider_is_the_model_of_every_run() -> None:
+    """build_server(provider=...) (benchmarks, embedding): no model setting, no key, no sampling needed."""
+    given = ScriptedProvider([ModelResponse(text="from the given model")])
+    async with Client(build_server(Settings(), {}, {}, provider=given)) as client:
+        result = await client.call_tool("agent", {"task": "t"})
+    assert not result.is_error, result
+    assert text_of(result) == "from the given model"
+    given.assert_done()

@@ -101,6 +101,7 @@ def test_redaction_rules() -> None:
     redact = Redactor(["s3cr3t-value", "x"])  # too short to hide: "x"
     assert redact('{"a": "s3cr3t-value", "b": "x"}') == '{"a": "[redacted]", "b": "x"}'
     assert redact("Authorization: Bearer abc.def-123") == "Authorization: Bearer [redacted]"
+    assert redact("BEARER abc.def-123 and bEaReR xyz.987") == "BEARER [redacted] and bEaReR [redacted]"
     assert redact("key sk-abcdefghijkl") == "key [redacted]"
     env = {"MY_API_KEY": "aaaa-bbbb", "GITHUB_TOKEN": "tok-1234", "HOME": "/root/home"}
     redact = Redactor.of(env, {})
