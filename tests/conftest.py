@@ -172,8 +172,14 @@ def _traces_in_a_temporary_dir(tmp_path_factory: pytest.TempPathFactory) -> Iter
             os.environ[name] = value
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The fault suite's summary test checks the counts of every module of the suite (tests/test_faults*.py), so it
+    runs after all of them."""
+    items.sort(key=lambda item: item.name == "test_the_fault_summary")
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fault suite's counts (tests/test_faults.py), as one line and, where $META_AGENT_FAULT_SUMMARY names a
+    """The fault suite's counts (tests/test_faults*.py), as one line and, where $META_AGENT_FAULT_SUMMARY names a
     file, as JSON there."""
     from fault_tally import TALLY
 

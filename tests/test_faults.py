@@ -6,7 +6,8 @@ same ones) and checks every one: the call ends with a result (the structured res
 clean one-line tool error; no wait runs out; a child that should be restarted is (a new pid answers) and one that
 should stay down says why; nothing is handled by the catch-alls meant for our own bugs; and once the group is over,
 no process or file descriptor is left that was not there before. The counts go to `fault_tally.TALLY`, which
-tests/conftest.py prints at the end of the run (and writes to $META_AGENT_FAULT_SUMMARY); the last test checks them.
+tests/conftest.py prints at the end of the run (and writes to $META_AGENT_FAULT_SUMMARY); the last test checks them,
+with the counts of the suite's other modules (tests/test_faults_*.py). The harness is tests/fixtures/fault_harness.py.
 
 Children: tests/fixtures/fault_server.py (the SDK's MCPServer) where a fault needs its tools, and
 tests/fixtures/bare_server.py (no SDK; it starts in milliseconds) where a fault needs many restarts.
@@ -20,10 +21,8 @@ import json
 import random
 import re
 import statistics
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -31,32 +30,44 @@ from typing import Any
 
 import anyio
 import mcp.types as t
-import psutil
 import pytest
-import structlog
-from conftest import TESTS, fault_entry, openai_env, pid_alive
+from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, error_body, openai_reply
+from fault_harness import (
+    BUG_EVENTS,
+    LOG,
+    MODEL,
+    WAIT,
+    answer_with,
+    back_with_a_new_process,
+    bare_entry,
+    call,
+    calls_of,
+    clean_error,
+    faulty_entry,
+    finished,
+    group,
+    injecting,
+    nothing_running,
+    pid_of,
+    requests_of,
+    serving,
+    still_the_same,
+    text_of,
+    told,
+    until,
+)
+from fault_harness import anyio_backend, llm, log_to_a_list  # noqa: F401  (this module's fixtures)
 from fault_server import GARBAGE
 from fault_tally import TALLY
 from mcp import Client
 
-from meta_agent.children import ChildServer
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import PatternError
-from meta_agent.server import build_server
 
 pytestmark = pytest.mark.anyio
 
-MODEL = "openai:fake-model"
-BARE_SERVER = TESTS / "fixtures" / "bare_server.py"
-# Generous bounds for a loaded 2-core machine; the happy path takes milliseconds to a few seconds.
-WAIT = 30.0
-GROUP_BOUND = 100.0
-POLL = 0.01  # how often a bounded wait looks again
-STOP_REASONS = {"final", "max_steps", "token_budget", "deadline", "cancelled", "error"}
-# Log events of the catch-alls for our own bugs: no fault may end up there.
-BUG_EVENTS = {"run_crashed", "tool_call_failed", "tool_crashed"}
 GROUPS = {
     "child_crash",
     "child_frozen",
@@ -73,239 +84,6 @@ GROUPS = {
     "caller_cancel",
 }
 TALLY.expected_groups |= GROUPS
-LOG: list[dict[str, Any]] = []
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _log_to_a_list() -> Iterator[None]:
-    """Log events go to LOG and nowhere else: some faults are checked by what was logged, and rendering hundreds of
-    faults' log lines would cost seconds. Long values are cut (a huge stderr line keeps its length)."""
-
-    def keep(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
-        record = {key: value[:200] if isinstance(value, str) else value for key, value in event.items()}
-        if isinstance(event.get("line"), str):
-            record["line_len"] = len(event["line"])
-        LOG.append(record)
-        raise structlog.DropEvent
-
-    old = structlog.get_config()
-    structlog.configure(processors=[keep])
-    yield
-    structlog.configure(**old)
-
-
-# -- counting, bounding and leak checks ------------------------------------------------------------------------------
-
-
-def _timed_out(exc: BaseException) -> bool:
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.subgroup(TimeoutError) is not None
-    return isinstance(exc, TimeoutError)
-
-
-class Injection:
-    """Faults injected together; the body says which ones it proved handled."""
-
-    def __init__(self, category: str) -> None:
-        self.category = category
-        self.done = 0
-
-    def handled(self, count: int = 1) -> None:
-        TALLY.of(self.category).handled += count
-        self.done += count
-
-
-@asynccontextmanager
-async def injecting(category: str, count: int = 1) -> AsyncIterator[Injection]:
-    """Count `count` injected faults of `category`; a wait inside that runs out counts as hung."""
-    TALLY.of(category).injected += count
-    injection = Injection(category)
-    try:
-        yield injection
-    except BaseException as exc:
-        if _timed_out(exc):
-            TALLY.of(category).hung += 1
-        raise
-    assert injection.done == count, f"{category}: {injection.done} of {count} faults were checked"
-
-
-@asynccontextmanager
-async def group(name: str, category: str | None = None) -> AsyncIterator[None]:
-    """One group of faults, bounded as a whole. When it is over, the processes and file descriptors of this test
-    process must settle back to what they were before it (polled, with a bound)."""
-    category = category or name
-    TALLY.groups.add(name)
-    me = psutil.Process()
-    before_pids = {p.pid for p in me.children(recursive=True)}
-    before_fds = me.num_fds()
-    logged = len(LOG)
-    hung = TALLY.of(category).hung
-    try:
-        with anyio.fail_after(GROUP_BOUND):
-            yield
-    except Exception as exc:
-        if _timed_out(exc) and TALLY.of(category).hung == hung:
-            TALLY.of(category).hung += 1
-        await _count_leaks(name, me, before_pids, before_fds)
-        raise
-    bugs = [event for event in LOG[logged:] if event.get("event") in BUG_EVENTS]
-    assert not bugs, f"handled by a catch-all for bugs: {bugs[:3]}"
-    leaks = await _count_leaks(name, me, before_pids, before_fds)
-    assert not leaks, leaks
-
-
-async def _count_leaks(name: str, me: psutil.Process, before_pids: set[int], before_fds: int) -> list[str]:
-    def leftovers() -> tuple[list[psutil.Process], int]:
-        return [p for p in me.children(recursive=True) if p.pid not in before_pids], me.num_fds() - before_fds
-
-    with anyio.move_on_after(WAIT):
-        while (left := leftovers())[0] or left[1] > 0:
-            await anyio.sleep(POLL)
-    procs, fds = leftovers()
-    leaks = [f"{name}: process {p.pid} {_describe(p)}" for p in procs]
-    leaks += [f"{name}: {fds} more file descriptors than before"] * (fds > 0)
-    TALLY.leaks.extend(leaks)
-    for proc in procs:  # so one group's leak does not count again in the next
-        proc.kill()
-    return leaks
-
-
-def _describe(proc: psutil.Process) -> str:
-    try:
-        return f"({proc.status()}) {' '.join(proc.cmdline())[-120:]}"
-    except psutil.Error:
-        return "(gone)"
-
-
-async def until(what: str, predicate: Callable[[], bool | Awaitable[bool]], timeout: float = WAIT) -> None:
-    """Look again every POLL seconds until `predicate` holds; TimeoutError naming `what` if it never does."""
-    try:
-        with anyio.fail_after(timeout):
-            while True:
-                outcome = predicate()
-                if not isinstance(outcome, bool):
-                    outcome = await outcome
-                if outcome:
-                    return
-                await anyio.sleep(POLL)
-    except TimeoutError:
-        raise TimeoutError(f"waited {timeout:g} s for {what}") from None
-
-
-# -- the server, the model and the children ---------------------------------------------------------------------------
-
-
-def faulty_entry(*flags: str, **extra: Any) -> ServerEntry:
-    """fault_server with its fault tools (running_calls, garble, malformed)."""
-    return fault_entry("--fault-tools", *flags, **extra)
-
-
-def bare_entry(*flags: str, **extra: Any) -> ServerEntry:
-    """A stdio entry for tests/fixtures/bare_server.py."""
-    return ServerEntry(command=sys.executable, args=(str(BARE_SERVER), *flags), **extra)
-
-
-@asynccontextmanager
-async def serving(
-    llm: FakeLLM, servers: dict[str, ServerEntry], *, mode: str = "legacy", **settings: Any
-) -> AsyncIterator[tuple[Client, Engine]]:
-    """Our server with `servers` as children, connected in memory; its children have started (or failed)."""
-    server = build_server(Settings(model=MODEL, **settings), servers, openai_env(llm))
-    async with Client(server, mode=mode) as client:
-        engine: Engine = server.engine_holder["engine"]  # type: ignore[attr-defined]
-        with anyio.fail_after(WAIT):
-            await engine.pool.wait_settled()
-        yield client, engine
-
-
-async def call(client: Client, tool: str, arguments: dict[str, Any], timeout: float = WAIT) -> t.CallToolResult:
-    try:
-        with anyio.fail_after(timeout):
-            return await client.call_tool(tool, arguments)
-    except TimeoutError:
-        raise TimeoutError(f"waited {timeout:g} s for {tool} to answer") from None
-
-
-def text_of(result: t.CallToolResult) -> str:
-    return "".join(block.text for block in result.content if isinstance(block, t.TextContent))
-
-
-def finished(result: t.CallToolResult, stop_reason: str = "final") -> dict[str, Any]:
-    """The structured result of a run that ended with `stop_reason`."""
-    assert not result.is_error, text_of(result)
-    structured = result.structured_content
-    assert structured is not None and structured["stop_reason"] in STOP_REASONS
-    assert structured["stop_reason"] == stop_reason, structured
-    assert structured["answer"] == text_of(result)
-    return structured
-
-
-def clean_error(result: t.CallToolResult) -> str:
-    """The text of a tool error that is one line, with no traceback."""
-    assert result.is_error, result
-    text = text_of(result)
-    assert text.strip() and "\n" not in text and "Traceback" not in text, text
-    return text
-
-
-def calls_of(structured: dict[str, Any], step: int = 0) -> list[dict[str, Any]]:
-    return structured["steps"][step]["tool_calls"]
-
-
-def told(llm: FakeLLM, tag: str) -> dict[str, str]:
-    """What the model was told of each tool call (by call id) in the last request of the run tagged `tag`."""
-    body = next(seen.body for seen in reversed(llm.requests) if tag in json.dumps(seen.body["messages"][1]))
-    return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
-
-
-def requests_of(llm: FakeLLM, tag: str) -> int:
-    """How many model requests the run tagged `tag` made."""
-    return sum(1 for seen in llm.requests if tag in json.dumps(seen.body["messages"][1]))
-
-
-def answer_with(llm: FakeLLM, tag: str, *calls: tuple[str, str, Any], answer: str = "done") -> None:
-    """Queue, for the run tagged `tag`, a model turn making `calls` and then the final answer."""
-    llm.reply(openai_reply(None, *calls), match=tag)
-    llm.reply(openai_reply(answer), match=tag)
-
-
-async def pid_of(child: ChildServer) -> int:
-    with anyio.fail_after(WAIT):
-        return int(text_of(await child.call("pid", {})))
-
-
-async def nothing_running(child: ChildServer) -> bool:
-    """Whether no hang or slow call is running in the child."""
-    with anyio.fail_after(WAIT):
-        return text_of(await child.call("running_calls", {})) == "0"
-
-
-async def still_the_same(child: ChildServer, pid: int) -> None:
-    """The child was not restarted: it is ready, with no restart, and the same process answers."""
-    status = child.status
-    assert (status.state, status.restarts) == ("ready", 0), status
-    assert await pid_of(child) == pid
-
-
-async def back_with_a_new_process(child: ChildServer, old_pid: int, restarts: int) -> None:
-    """The child was restarted once: ready again, a new process answers, and the old one is gone."""
-    await until(
-        f"{child.name} to be restarted", lambda: child.status.state == "ready" and child.status.restarts > restarts
-    )
-    assert child.status.restarts == restarts + 1, child.status
-    assert await pid_of(child) != old_pid
-    await until(f"the old process of {child.name} to be gone", lambda: not pid_alive(old_pid))
 
 
 # -- children that crash, hang, write garbage, exit at start, answer wrongly, answer hugely ---------------------------
@@ -872,7 +650,7 @@ async def _ended_cancelled(traces: Path, tag: str) -> None:
 def test_the_fault_summary() -> None:
     """Every fault of the module was handled: none hung, nothing leaked, and over two hundred were injected."""
     if not TALLY.complete:
-        pytest.skip(f"the summary needs the whole module; not run: {sorted(GROUPS - TALLY.groups)}")
+        pytest.skip(f"the summary needs the whole suite; not run: {sorted(TALLY.expected_groups - TALLY.groups)}")
     summary = TALLY.summary()
     assert summary["injected"] >= 200, summary
     assert summary["hung"] == 0, summary["by_category"]
