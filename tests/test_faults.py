@@ -33,12 +33,13 @@ import mcp.types as t
 import pytest
 from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, error_body, openai_reply
-from fault_harness import (
+from fault_harness import (  # noqa: F401  (this module's fixtures)
     BUG_EVENTS,
     LOG,
     MODEL,
     WAIT,
     answer_with,
+    anyio_backend,
     back_with_a_new_process,
     bare_entry,
     call,
@@ -48,6 +49,8 @@ from fault_harness import (
     finished,
     group,
     injecting,
+    llm,
+    log_to_a_list,
     nothing_running,
     pid_of,
     requests_of,
@@ -57,7 +60,6 @@ from fault_harness import (
     told,
     until,
 )
-from fault_harness import anyio_backend, llm, log_to_a_list  # noqa: F401  (this module's fixtures)
 from fault_server import GARBAGE
 from fault_tally import TALLY
 from mcp import Client
