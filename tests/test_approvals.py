@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -16,6 +17,9 @@ import structlog
 from conftest import ProgressLog, everything_entry, fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
+from mcp.server import MCPServer
+from mcp.server.connection import Connection
+from mcp.server.mcpserver import Context
 
 from meta_agent import approvals
 from meta_agent.config import Settings
@@ -116,6 +120,35 @@ async def test_allow_for_the_session_lasts_the_session_and_no_longer(llm: FakeLL
         await client.call_tool("agent", {"task": "delete /c"})
     assert len(user.asked) == 2  # ...but a new session is asked again
     assert tool_message(llm) == "deleted /c"
+
+
+async def test_the_session_connection_is_the_sdks_one_object_per_session() -> None:
+    """`session_connection` is meta-agent's one read of an SDK internal (`ServerSession._connection`): the SDK's
+    `Connection`, the same for every request of a session, another for the next session. When an SDK release moves
+    or reshapes it, this fails, loudly."""
+    probe = MCPServer("probe")
+    seen: list[Connection] = []
+
+    @probe.tool()
+    async def which(ctx: Context) -> str:
+        seen.append(approvals.session_connection(ctx))
+        return "ok"
+
+    for _session in range(2):
+        async with Client(probe, mode="legacy") as client:
+            for _request in range(2):
+                result = await client.call_tool("which", {})
+                assert not result.is_error, result.content
+    assert all(isinstance(connection, Connection) for connection in seen)
+    assert seen[0] is seen[1] and seen[2] is seen[3] and seen[0] is not seen[2]
+
+
+def test_the_session_connection_is_never_guessed() -> None:
+    """Where the SDK keeps no `Connection`, the error names what to update; no silent stand-in (a per-request
+    object would make "allow for this session" last one request)."""
+    ctx: Any = SimpleNamespace(session=SimpleNamespace())  # a session of an SDK that moved it
+    with pytest.raises(TypeError, match="session_connection needs updating"):
+        approvals.session_connection(ctx)
 
 
 async def test_on_2026_07_28_the_session_is_the_run(llm: FakeLLM) -> None:

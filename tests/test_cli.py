@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -252,3 +253,20 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path, marker: str) -> None:
     result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=90)
     assert result.stdout.startswith("internal")
     assert "Traceback" not in result.stderr and "Error" not in result.stderr
+
+
+@pytest.mark.parametrize("problem", ["taken port", "bad allowed host"])
+def test_serve_http_that_cannot_listen_is_one_line_and_exit_2(tmp_path: Path, marker: str, problem: str) -> None:
+    """A port someone else holds (or an --allowed-host that is no host): one line naming it, exit 2, and no child
+    was started first."""
+    config = write_config(tmp_path, {"f": fault(marker)})
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        extra = ["--allowed-host", "localhost:80@evil.example"] if problem == "bad allowed host" else []
+        result = run("serve", "--transport", "http", "--port", str(port), "--config", str(config), *extra, timeout=30)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == {
+        "taken port": f"meta-agent: --port: cannot listen on 127.0.0.1:{port}: address already in use\n",
+        "bad allowed host": "meta-agent: --allowed-host: 'localhost:80@evil.example' is not a host or host:port "
+        "(e.g. example.com, example.com:8765, [::1])\n",
+    }[problem]

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
+import anyio
 import pytest
 import structlog
 from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 
+from meta_agent import conversations
 from meta_agent.config import Settings
 from meta_agent.conversations import Conversations, trim
+from meta_agent.errors import ConversationLost
 from meta_agent.messages import AssistantMessage, TextPart, ToolCall, ToolMessage, ToolResult, UserMessage
 from meta_agent.server import build_server
 
@@ -97,6 +107,255 @@ def test_trimming_drops_whole_old_turns_and_keeps_the_newest() -> None:
 
 async def test_a_trimmed_conversation_says_so(tmp_path: Path) -> None:
     store = Conversations(tmp_path / "c.sqlite3")
-    dropped = await store.save("c", tuple(turn(1, 300_000) + turn(2, 300_000)))
+    async with store.turn(None) as new:
+        dropped = await store.save(new, tuple(turn(1, 300_000) + turn(2, 300_000)))
     assert dropped == 1
-    assert (await store.load("c"))[0] == UserMessage.of("turn 2")
+    assert (await store.load(new.conversation_id))[0] == UserMessage.of("turn 2")
+
+
+
+# -- every tool call answered ------------------------------------------------------------------------------------------
+
+TWO_CALLS = AssistantMessage(
+    tool_calls=(ToolCall(id="c1", name="f__echo", arguments={}), ToolCall(id="c2", name="f__echo", arguments={}))
+)
+
+
+def answer(call_id: str, text: str = "ok") -> ToolResult:
+    return ToolResult(call_id=call_id, name="f__echo", parts=(TextPart(text=text),))
+
+
+def not_run(call_id: str) -> ToolResult:
+    return ToolResult(call_id=call_id, name="f__echo", parts=(TextPart(text=conversations.NOT_RUN),), is_error=True)
+
+
+@pytest.mark.parametrize(
+    ("transcript", "expected"),
+    [
+        pytest.param(
+            [TWO_CALLS, ToolMessage(results=(answer("c1"),))],
+            [TWO_CALLS, ToolMessage(results=(answer("c1"), not_run("c2")))],
+            id="a-result-missing",
+        ),
+        pytest.param(
+            [UserMessage.of("go"), TWO_CALLS],
+            [UserMessage.of("go"), TWO_CALLS, ToolMessage(results=(not_run("c1"), not_run("c2")))],
+            id="cut-before-the-results",
+        ),
+        pytest.param(
+            [TWO_CALLS, ToolMessage(results=(answer("c2", "b"), answer("c9"), answer("c1", "a")))],
+            [TWO_CALLS, ToolMessage(results=(answer("c1", "a"), answer("c2", "b")))],
+            id="out-of-order-and-a-stray",
+        ),
+        pytest.param(
+            [UserMessage.of("hi"), ToolMessage(results=(answer("c1"),)), AssistantMessage(text="x")],
+            [UserMessage.of("hi"), AssistantMessage(text="x")],
+            id="answering-no-call",
+        ),
+    ],
+)
+def test_every_tool_call_is_answered_once_right_after_it(transcript: list, expected: list) -> None:
+    assert conversations.answered(transcript) == tuple(expected)
+    assert conversations.answered(expected) == tuple(expected)  # a valid transcript is kept as it is
+
+
+async def test_a_transcript_cut_mid_step_is_saved_with_every_call_answered(tmp_path: Path) -> None:
+    """What a run cut between a model turn and its tool results holds: saved, it is one the providers accept."""
+    store = Conversations(tmp_path / "c.sqlite3")
+    async with store.turn(None) as new:
+        await store.save(new, (UserMessage.of("go"), TWO_CALLS))
+    assert await store.load(new.conversation_id) == (
+        UserMessage.of("go"),
+        TWO_CALLS,
+        ToolMessage(results=(not_run("c1"), not_run("c2"))),
+    )
+
+
+# -- records of older versions, and records that cannot be read --------------------------------------------------------
+
+OLD_SCHEMA = (
+    "create table conversations (id text primary key, messages text not null, "
+    "updated text not null default (datetime('now')))"
+)
+# As an older version wrote it: no thinking, no invalid_arguments, no is_error.
+OLD_RECORD = [
+    {"role": "user", "parts": [{"kind": "text", "text": "Remember 42."}]},
+    {"role": "assistant", "text": "", "tool_calls": [{"id": "c1", "name": "f__echo", "arguments": {"text": "42"}}]},
+    {"role": "tool", "results": [{"call_id": "c1", "name": "f__echo", "parts": [{"kind": "text", "text": "42"}]}]},
+    {"role": "assistant", "text": "42 it is."},
+]
+
+
+def old_store(path: Path, records: dict[str, str]) -> None:
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(OLD_SCHEMA)
+        db.executemany("insert into conversations (id, messages) values (?, ?)", records.items())
+    db.close()
+
+
+async def test_a_record_of_an_older_version_still_loads(tmp_path: Path, llm: FakeLLM) -> None:
+    path = tmp_path / "c.sqlite3"
+    old_store(path, {"OLD": json.dumps(OLD_RECORD)})
+    settings = Settings(model="openai:fake-model", conversations_db=path)
+    llm.reply(openai_reply("Still 42."))
+    async with Client(build_server(settings, {}, openai_env(llm))) as client:
+        result = await client.call_tool("agent", {"task": "What was it?", "conversation_id": "OLD"})
+    assert not result.is_error, result.content
+    assert said(llm) == [
+        ("user", "Remember 42."),
+        ("assistant", ""),
+        ("tool", "42"),
+        ("assistant", "42 it is."),
+        ("user", "What was it?"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        ('[{"role": "user", ', "not JSON: "),
+        ('[{"role": "robot", "text": "beep"}]', "0: Input tag 'robot' found using 'role'"),
+        ('[{"role": "user"}]', "0.user.parts: Field required"),
+        ('[{"role": "assistant", "text": 42}]', "0.assistant.text: Input should be a valid string"),
+        ('{"messages": []}', "the record: Input should be a valid tuple"),
+        ("null", "the record: Input should be a valid tuple"),
+        ("[" * 100_000, "not JSON: maximum recursion depth exceeded"),
+    ],
+    ids=["truncated", "unknown-role", "missing-field", "wrong-type", "not-a-list", "null", "nested-too-deep"],
+)
+async def test_a_record_that_cannot_be_decoded_is_one_line_naming_the_conversation(
+    tmp_path: Path, llm: FakeLLM, stored: str, problem: str
+) -> None:
+    path = tmp_path / "c.sqlite3"
+    old_store(path, {"BROKEN": stored})
+    settings = Settings(model="openai:fake-model", conversations_db=path)
+    async with Client(build_server(settings, {}, openai_env(llm))) as client:
+        result = await client.call_tool("agent", {"task": "t", "conversation_id": "BROKEN"})
+        with anyio.fail_after(10):  # the failed turn let the conversation go: the next one is not kept waiting
+            again = await client.call_tool("agent", {"task": "t", "conversation_id": "BROKEN"})
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert result.is_error and "\n" not in text
+    prefix = "conversation_id: conversation 'BROKEN' is stored in a form this version cannot read ("
+    assert text.startswith(prefix + problem), text
+    assert again.content == result.content
+
+
+async def test_a_store_that_is_not_a_database_is_one_line(tmp_path: Path, llm: FakeLLM) -> None:
+    path = tmp_path / "c.sqlite3"
+    path.write_bytes(b"not a database at all " * 100)
+    settings = Settings(model="openai:fake-model", conversations_db=path)
+    llm.reply(openai_reply("An answer all the same."))
+    async with Client(build_server(settings, {}, openai_env(llm))) as client:
+        continued = await client.call_tool("agent", {"task": "t", "conversation_id": "ANY"})
+        new = await client.call_tool("agent", {"task": "t"})
+    text = continued.content[0].text  # type: ignore[union-attr]
+    assert continued.is_error and text == f"{path}: cannot read the conversations store: file is not a database"
+    assert new.content[0].text == "An answer all the same."  # type: ignore[union-attr]
+    assert new.structured_content["conversation_id"] is None  # type: ignore[index]
+
+
+# -- turns held across processes ---------------------------------------------------------------------------------------
+
+# Another process taking a conversation for a turn: it says "held", saves a turn when a line comes on its stdin.
+HOLDER = """
+import sys
+from pathlib import Path
+
+import anyio
+
+from meta_agent.conversations import Conversations
+from meta_agent.messages import AssistantMessage, UserMessage
+
+
+async def main(path: str, conversation_id: str, lease: str) -> None:
+    store = Conversations(Path(path), lease_seconds=float(lease))
+    async with store.turn(conversation_id) as turn:
+        print("held", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        await store.save(turn, (*turn.history, UserMessage.of("from the other process"), AssistantMessage(text="ok")))
+
+
+anyio.run(main, *sys.argv[1:])
+"""
+HOLDER_LEASE = 1.0  # seconds: short, so a killed holder frees the conversation soon
+
+
+@contextmanager
+def holder(path: Path, conversation_id: str) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), conversation_id, str(HOLDER_LEASE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        for pipe in (proc.stdin, proc.stdout):
+            assert pipe is not None
+            pipe.close()
+
+
+def held_until(path: Path, conversation_id: str) -> float:
+    with closing(sqlite3.connect(path)) as db:
+        return db.execute("select held_until from conversations where id = ?", (conversation_id,)).fetchone()[0]
+
+
+async def holding(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdout is not None
+    line = await anyio.to_thread.run_sync(proc.stdout.readline, abandon_on_cancel=True)
+    assert line == "held\n", line
+
+
+async def test_a_turn_waits_while_another_process_holds_the_conversation(tmp_path: Path) -> None:
+    """A turn that another process holds is waited for, and the next turn starts from what it saved; a holder that is
+    killed frees the conversation once its lease runs out."""
+    path = tmp_path / "c.sqlite3"
+    store = Conversations(path)
+    async with store.turn(None) as new:
+        await store.save(new, (UserMessage.of("first"), AssistantMessage(text="one")))
+    conversation = new.conversation_id
+    seen: list[tuple] = []
+
+    async def next_turn() -> None:
+        async with store.turn(conversation) as turn:
+            seen.append(turn.history)
+
+    with holder(path, conversation) as other, structlog.testing.capture_logs() as logs, anyio.fail_after(30):
+        await holding(other)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(next_turn)
+            while not seen and not any(event["event"] == "conversation_waiting" for event in logs):
+                await anyio.sleep(0.01)
+            assert not seen  # waiting for the other process, not beside it
+            first_end = held_until(path, conversation)
+            while time.time() <= first_end or held_until(path, conversation) <= first_end:
+                await anyio.sleep(0.01)  # until the other process's first lease has run out, and it renewed it
+            assert not seen  # still held
+            assert other.stdin is not None
+            other.stdin.write("go\n")
+            other.stdin.flush()
+        assert other.wait(timeout=10) == 0
+    assert [m.parts[0].text for m in seen[0] if isinstance(m, UserMessage)] == ["first", "from the other process"]
+
+    with holder(path, conversation) as killed, anyio.fail_after(30):
+        await holding(killed)
+        killed.kill()
+        await next_turn()  # waits at most the holder's lease
+    assert len(seen[1]) == 4
+
+
+async def test_a_turn_whose_hold_another_process_took_over_is_not_saved(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite3"
+    store = Conversations(path)
+    async with store.turn(None) as new:
+        await store.save(new, (UserMessage.of("first"), AssistantMessage(text="one")))
+    async with store.turn(new.conversation_id) as turn:
+        with closing(sqlite3.connect(path)) as db, db:  # as a process would once this turn's lease had run out
+            db.execute("update conversations set holder = 'another' where id = ?", (new.conversation_id,))
+        with pytest.raises(ConversationLost, match="another process took it over while this turn ran"):
+            await store.save(turn, (*turn.history, UserMessage.of("lost"), AssistantMessage(text="lost")))
+    assert len(await store.load(new.conversation_id)) == 2

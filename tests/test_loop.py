@@ -18,6 +18,7 @@ from meta_agent.errors import ProviderUnavailable, ScriptError
 from meta_agent.limits import Limits
 from meta_agent.loop import RunRequest, run
 from meta_agent.messages import (
+    MAX_ARGUMENT_DEPTH,
     ImagePart,
     ModelRequest,
     ModelResponse,
@@ -422,6 +423,64 @@ async def test_a_huge_result_is_cut_with_a_marker(pool: ChildPool) -> None:
 async def test_a_provider_failure_ends_the_run(pool: ChildPool) -> None:
     with pytest.raises(ProviderUnavailable):
         await go(pool, [ProviderUnavailable("openai:x: cannot connect")])
+
+
+@pytest.mark.parametrize(
+    ("failure", "error"),
+    [
+        (ProviderUnavailable("openai:x: cannot connect"), "openai:x: cannot connect"),
+        (TypeError("a bug of ours\nsecond line"), "TypeError: a bug of ours"),
+    ],
+)
+async def test_a_failed_run_ends_with_stop_reason_error(pool: ChildPool, failure: Exception, error: str) -> None:
+    """The last event says why, with what the run had done; the failure itself goes on to the caller."""
+    provider = ScriptedProvider([reply("", call("f__echo", text="x")), failure])
+    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([], pool).select()))
+    recorder = Recorder()
+    with pytest.raises(type(failure)):
+        await run(request, provider=provider, tools=ToolCaller(pool.children, []), emit=recorder)
+    last = recorder.events[-1]
+    assert isinstance(last, ev.RunFailed) and last.result is not None
+    assert (last.run_id, last.error, last.result.run_id) == (request.run_id, error, request.run_id)
+    assert (last.result.stop_reason, last.result.answer) == ("error", f"(no answer: {error})")
+    assert [call.name for step in last.result.steps for call in step.tool_calls] == ["f.echo"]
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """An object `depth` levels deep."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+async def _kept(_arguments: Mapping[str, Any]) -> ToolOutcome:
+    return ToolOutcome(parts=(TextPart(text="kept"),))
+
+
+KEEP = InternalTool(
+    name="keep",
+    description="Takes any object.",
+    input_schema={"type": "object"},
+    hints=ToolHints(read_only_hint=True),
+    run=_kept,
+)
+
+
+async def test_arguments_nested_deeper_than_the_bound_are_an_error_the_model_sees(pool: ChildPool) -> None:
+    """As deep as MAX_ARGUMENT_DEPTH runs; one level more is refused before anything holds it (the record, the
+    transcript sent back, the tool), whichever provider it came from."""
+    deepest, too_deep = nested(MAX_ARGUMENT_DEPTH), {"x": nested(MAX_ARGUMENT_DEPTH)}
+    provider = ScriptedProvider([reply("", call("keep", **deepest), call("keep", **too_deep)), reply("went on")])
+    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([KEEP], pool).select()))
+    result = await run(request, provider=provider, tools=ToolCaller(pool.children, [KEEP]))
+    assert (result.answer, result.stop_reason) == ("went on", "final")
+    kept, refused = result.steps[0].tool_calls
+    assert (kept.ok, kept.arguments) == (True, deepest)
+    assert (refused.ok, refused.arguments) == (False, {})
+    told = f"the arguments for keep were nested more than {MAX_ARGUMENT_DEPTH} levels deep; send a JSON object"
+    assert tool_results(provider.requests[1]) == [("kept", False), (told, True)]
+    assert provider.requests[1].messages[-2].tool_calls[1].arguments == {}  # type: ignore[union-attr]
 
 
 async def test_an_unexpected_model_call_fails_the_script(pool: ChildPool) -> None:

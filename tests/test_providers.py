@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import anyio
 import pytest
@@ -32,6 +33,7 @@ from meta_agent.messages import (
     ToolMessage,
     ToolResult,
     ToolSchema,
+    Usage,
     UserMessage,
 )
 from meta_agent.providers import make_provider, resolve_provider
@@ -233,6 +235,119 @@ async def test_a_malformed_answer_is_a_provider_error(llm: FakeLLM, spec: str, b
         await ask_once(spec, environ)
 
 
+def _choice(message: object) -> dict[str, Any]:
+    return {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+
+
+WRONG_SHAPES = [
+    ("openai", {"hello": 1}, "no 'choices' (the keys are: hello)"),
+    ("openai", {**openai_reply("unused"), "choices": []}, "choices is empty"),
+    ("openai", {"choices": [{"index": 0}]}, "choices[0].message is missing; expected an object"),
+    ("openai", _choice("hi"), "choices[0].message is a string; expected an object"),
+    (
+        "openai",
+        _choice({"content": 5}),
+        "choices[0].message.content is a whole number; expected a string or a list or null",
+    ),
+    ("openai", _choice({"tool_calls": {}}), "choices[0].message.tool_calls is an object; expected a list or null"),
+    (
+        "openai",
+        _choice({"tool_calls": [{"id": "c1", "type": "function", "function": {"arguments": "{}"}}]}),
+        "choices[0].message.tool_calls[0].function.name is missing; expected a string",
+    ),
+    (
+        "openai",
+        {**openai_reply("hi"), "usage": {"prompt_tokens": "12"}},
+        "usage.prompt_tokens is a string; expected a whole number or null",
+    ),
+    ("anthropic", {"hello": 1}, "no 'content' (the keys are: hello)"),
+    ("anthropic", {**anthropic_reply(), "content": "not blocks"}, "content is a string; expected a list"),
+    ("anthropic", anthropic_reply({"type": "text"}), "content[0].text is missing; expected a string"),
+    ("anthropic", {**anthropic_reply(), "content": [None]}, "content[0] is null; expected an object"),
+    ("anthropic", anthropic_reply({"type": "tool_use", "name": "f"}), "content[0].id is missing; expected a string"),
+    (
+        "anthropic",
+        {**anthropic_reply(), "usage": {"input_tokens": -3}},
+        "usage.input_tokens is -3; expected a count of at least 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("vendor", "body", "problem"), WRONG_SHAPES)
+async def test_a_200_answer_of_the_wrong_shape_is_a_one_line_provider_error(
+    llm: FakeLLM, vendor: str, body: dict[str, Any], problem: str
+) -> None:
+    """An answer with status 200 that is JSON but not the vendor's wire format names the field that is wrong."""
+    llm.reply(body)
+    spec = "anthropic:claude-sonnet-5-5" if vendor == "anthropic" else "openai:fake-model"
+    with pytest.raises(ProviderError) as caught:
+        await ask_once(spec, anthropic_env(llm) if vendor == "anthropic" else openai_env(llm))
+    assert str(caught.value) == f"{spec}: the provider's answer was malformed: {problem}"
+
+
+@pytest.mark.parametrize("vendor", ["openai", "anthropic"])
+async def test_an_error_body_sent_with_status_200_is_that_error(llm: FakeLLM, vendor: str) -> None:
+    llm.reply(error_body("quota exceeded\nfor this month"))  # some proxies answer 200 with the error body
+    spec = "anthropic:claude-sonnet-5-5" if vendor == "anthropic" else "openai:fake-model"
+    with pytest.raises(ProviderError) as caught:
+        await ask_once(spec, anthropic_env(llm) if vendor == "anthropic" else openai_env(llm))
+    assert str(caught.value) == f"{spec}: the provider answered with an error: quota exceeded"
+
+
+async def test_a_text_answer_is_quoted_in_the_error(llm: FakeLLM) -> None:
+    llm.reply_raw(b"<html>upstream says hello</html>", content_type="text/html")
+    with pytest.raises(ProviderError) as caught:
+        await ask_once("openai:fake-model", openai_env(llm))
+    assert str(caught.value) == (
+        "openai:fake-model: the provider's answer was malformed: expected a JSON object, got text:"
+        " '<html>upstream says hello</html>'"
+    )
+
+
+async def test_what_openai_compatible_servers_legitimately_vary_is_read(llm: FakeLLM) -> None:
+    """Content null beside tool calls, or a list of parts; calls with no id or type, arguments as an object or
+    null; no usage; fields we do not know."""
+    calls = [
+        {"function": {"name": "f__echo", "arguments": {"text": "as an object"}}},
+        {"id": "c2", "type": "function", "function": {"name": "f__echo", "arguments": None}},
+        {"id": "c3", "type": "custom", "custom": {"name": "grammar", "input": "x"}},  # never offered: not ours
+    ]
+    llm.reply({**_choice({"role": "assistant", "content": None, "tool_calls": calls}), "system_fingerprint": "x"})
+    parts = [{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    llm.reply({**_choice({"role": "assistant", "content": parts}), "usage": None})
+    provider = make_provider("openai:fake-model", openai_env(llm))
+    request = ModelRequest(system="s", messages=(UserMessage.of("q"),))
+    try:
+        first, second = await provider.complete(request), await provider.complete(request)
+    finally:
+        await provider.aclose()
+    assert first == ModelResponse(
+        tool_calls=(
+            ToolCall(id="call_0", name="f__echo", arguments={"text": "as an object"}),
+            ToolCall(id="c2", name="f__echo", arguments={}),
+        )
+    )
+    assert second == ModelResponse(text="ab")
+
+
+async def test_anthropic_blocks_we_do_not_use_are_skipped(llm: FakeLLM) -> None:
+    llm.reply(
+        {
+            **anthropic_reply(
+                {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+                {"type": "text", "text": "found it"},
+                {"type": "tool_use", "id": "tu1", "name": "f__echo", "input": "not an object"},
+            ),
+            "usage": None,
+        }
+    )
+    response = await ask_once("anthropic:claude-sonnet-5-5", anthropic_env(llm))
+    assert (response.text, response.usage) == ("found it", Usage())
+    assert response.tool_calls == (
+        ToolCall(id="tu1", name="f__echo", arguments={}, invalid_arguments="not a JSON object"),
+    )
+
+
 async def test_a_model_that_does_not_answer_is_given_up_after_the_model_timeout(llm: FakeLLM) -> None:
     """META_AGENT_MODEL_TIMEOUT bounds each attempt (the SDK retries twice), so a hung model endpoint ends the call
     with a one-line error instead of holding it for the SDK's 600 s a try."""
@@ -242,8 +357,10 @@ async def test_a_model_that_does_not_answer_is_given_up_after_the_model_timeout(
     async with Client(build_server(settings, {}, openai_env(llm))) as client:
         with anyio.fail_after(20):
             result = await client.call_tool("agent", {"task": "t"})
-    assert result.is_error
-    assert result.content[0].text == f"openai:fake-model: no answer from {llm.url}/v1/ in time (after retries)"  # type: ignore[union-attr]
+    assert result.is_error and result.structured_content is not None
+    expected = f"openai:fake-model: no answer from {llm.url}/v1/ in time (after retries)"
+    run_id = result.structured_content["run_id"]
+    assert result.content[0].text == f"{expected} (run_id {run_id})"  # type: ignore[union-attr]
     assert len(llm.requests) == 3  # the first try and the SDK's two retries
 
 

@@ -110,13 +110,17 @@ def test_bad_input_exits_2(
     assert "Traceback" not in result.stderr
 
 
-def test_a_provider_outage_exits_1(llm: FakeLLM, config: Path) -> None:
+def test_a_provider_outage_exits_1_naming_the_run(llm: FakeLLM, config: Path) -> None:
     for _ in range(3):
         llm.reply(error_body("down for maintenance"), 503, retry_after_ms="1")
-    result = run(config, openai_env(llm, model="openai:fake-model", base=os.environ), "task")
+    result = run(config, openai_env(llm, model="openai:fake-model", base=os.environ), "task", "--json")
     assert result.returncode == 1
+    structured = json.loads(result.stdout)  # --json: the failed run's result
+    run_id = structured["run_id"]
+    assert (structured["stop_reason"], structured["usage"]["model_calls"]) == ("error", 0)
     assert result.stderr.splitlines()[-1] == (
         "meta-agent: openai:fake-model: the provider failed (HTTP 503) after retries: down for maintenance"
+        f" (run_id {run_id}; see meta-agent runs show {run_id})"
     )
 
 
@@ -140,3 +144,28 @@ def test_ctrl_c_cancels_the_run_and_stops_the_children(llm: FakeLLM, config: Pat
     assert err.splitlines()[-1] == "meta-agent: stopped by SIGINT"
     assert json.loads(out)["stop_reason"] == "cancelled"
     assert processes_with(marker) == []
+
+
+def test_a_bug_of_ours_is_one_line_naming_the_run(
+    llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fault injection in-process (a bug cannot be had for real): our reading of the model's answer raising TypeError
+    is one line on stderr naming the run, exit 1, and no traceback; the traceback is for --log-level debug."""
+    from meta_agent import cli
+    from meta_agent.providers import openai as openai_provider
+
+    def broken(_usage: object) -> None:
+        raise TypeError("a bug of ours\nsecond line")
+
+    monkeypatch.setattr(openai_provider, "_usage", broken)
+    for name, value in openai_env(llm, model="openai:fake-model").items():
+        monkeypatch.setenv(name, value)
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {}}))
+    llm.reply(openai_reply("fine"))
+    code = cli.main(["run", "task", "--config", str(config)])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("meta-agent: failed: TypeError: a bug of ours (run_id "), err
+    assert last.endswith("; --log-level debug shows where") and "Traceback" not in err, err

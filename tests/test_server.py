@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,14 +16,18 @@ import mcp.types as t
 import pytest
 import structlog
 from conftest import ProgressLog, fault_entry, free_port, openai_env, time_entry
-from fake_llm import FakeLLM, error_body, images_reply, openai_reply
+from fake_llm import FakeLLM, anthropic_reply, error_body, images_reply, openai_reply
 from fault_server import TINY_PNG
 from mcp import Client
+from structlog.testing import capture_logs
 
-from meta_agent.config import Settings
+from meta_agent import runs, trustfile
+from meta_agent.config import ServerEntry, Settings
 from meta_agent.messages import ModelResponse
+from meta_agent.providers import openai as openai_provider
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.server import build_server
+from meta_agent.toolbox import definition_of
 
 pytestmark = pytest.mark.anyio
 ERAS = ["2026-07-28", "legacy"]
@@ -146,14 +153,124 @@ async def test_bad_arguments_are_one_line_tool_errors(client: Client, arguments:
     assert "\n" not in text_of(result)
 
 
-async def test_a_provider_outage_is_a_tool_error(client: Client, llm: FakeLLM) -> None:
+@pytest.mark.parametrize(
+    ("tool", "arguments", "message"),
+    [
+        ("agent", {}, "task: required argument of agent, missing"),
+        ("plan", {"tools": ["f.*"]}, "task: required argument of plan, missing"),
+        ("ask", {}, "prompt: required argument of ask, missing"),
+        ("image_gen", {"size": "auto"}, "prompt: required argument of image_gen, missing"),
+        ("agent", {"task": 3}, "task: input should be a valid string, got 3"),
+        ("agent", {"task": "t", "tools": [1]}, "tools[0]: input should be a valid string, got 1"),
+        ("plan", {"task": "t", "tools": "f.*"}, 'tools: input should be a valid list, got "f.*"'),
+        (
+            "agent",
+            {"task": "t", "max_steps": "many"},
+            'max_steps: input should be a valid integer, unable to parse string as an integer, got "many"',
+        ),
+        (
+            "image_gen",
+            {"prompt": "p", "n": "x" * 100},  # a long value is cut
+            f'n: input should be a valid integer, unable to parse string as an integer, got "{"x" * 36}...',
+        ),
+        ("agent", {"task": "t", "max_step": 3}, "max_step: unknown argument of agent (did you mean 'max_steps'?)"),
+        ("ask", {"prompt": "p", "color": "red"}, "color: unknown argument of ask (its arguments: prompt, tools)"),
+        (
+            "plan",
+            {"tools": 5, "max_steps": None},
+            "task: required argument of plan, missing; tools: input should be a valid list, got 5",
+        ),
+    ],
+)
+async def test_every_argument_error_is_one_line_naming_the_argument(
+    client: Client, tool: str, arguments: dict[str, Any], message: str
+) -> None:
+    """Missing, mistyped or unknown: one line that names the argument (not pydantic's multi-line text and URL)."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error
+    assert text_of(result) == message
+
+
+async def test_a_provider_outage_is_a_tool_error_naming_the_run(client: Client, llm: FakeLLM) -> None:
+    """One line naming the run (to find its trace), and the structured result with stop reason `error`: neither era's
+    client checks an error's structured result against the output schema."""
     for _ in range(3):
         llm.reply(error_body("upstream exploded"), 500, retry_after_ms="1")
     progress = ProgressLog()
     result = await client.call_tool("agent", {"task": "t"}, progress_callback=progress)
-    assert result.is_error
-    assert text_of(result) == "openai:fake-model: the provider failed (HTTP 500) after retries: upstream exploded"
+    assert result.is_error and result.structured_content is not None
+    structured = result.structured_content
+    assert (structured["stop_reason"], structured["steps"], structured["usage"]["model_calls"]) == ("error", [], 0)
+    failure = "openai:fake-model: the provider failed (HTTP 500) after retries: upstream exploded"
+    assert text_of(result) == f"{failure} (run_id {structured['run_id']})"
     assert progress.messages[-1].startswith("failed · openai:fake-model: the provider failed")
+
+
+async def test_a_failed_run_ends_its_trace_with_stop_reason_error(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "first"})))
+    for _ in range(3):
+        llm.reply(error_body("upstream exploded"), 500, retry_after_ms="1")
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path)
+    async with Client(build_server(settings, {"f": fault_entry()}, openai_env(llm))) as client:
+        result = await client.call_tool("agent", {"task": "t"})
+    run_id = result.structured_content["run_id"] if result.structured_content else None
+    assert result.is_error and text_of(result).endswith(f" (run_id {run_id})")
+    last = json.loads((tmp_path / f"{run_id}.jsonl").read_text().splitlines()[-1])
+    assert (last["kind"], last["error"]) == ("run_failed", text_of(result).removesuffix(f" (run_id {run_id})"))
+    assert last["result"]["stop_reason"] == "error"
+    assert [call["name"] for call in last["result"]["steps"][0]["tool_calls"]] == ["f.echo"]  # what it had done
+    [summary] = runs.recent(tmp_path).runs  # `meta-agent runs` reads it
+    assert (summary.run_id, summary.stop_reason) == (run_id, "error")
+
+
+async def test_a_bug_of_ours_is_no_malformed_answer(
+    client: Client, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in converting a well-formed answer stays a bug: logged with its traceback, told as ours, naming the run."""
+
+    def broken(_usage: object) -> None:
+        raise TypeError("a bug in the conversion")
+
+    monkeypatch.setattr(openai_provider, "_usage", broken)
+    llm.reply(openai_reply("fine"))
+    with capture_logs() as logged:
+        result = await client.call_tool("agent", {"task": "t"})
+    assert result.is_error and result.structured_content is not None
+    run_id = result.structured_content["run_id"]
+    assert text_of(result) == (
+        f"meta-agent failed: TypeError: a bug in the conversion (the server log has details) (run_id {run_id})"
+    )
+    [crash] = [entry for entry in logged if entry["event"] == "run_crashed"]
+    assert crash["exc_info"] is True
+
+
+async def test_tool_arguments_nested_thousands_deep_are_an_error_the_model_sees(client: Client, llm: FakeLLM) -> None:
+    """Deeper than Python's JSON reader goes (as JSON text), or than pydantic's JSON writes (as an object in the
+    body): each is an invalid-arguments error the model sees, and the run and its structured result go on."""
+    body = openai_reply(
+        None,
+        ("c1", "f__echo", '{"text": ' + "[" * 5000 + "]" * 5000 + "}"),
+        ("c2", "f__echo", "{}"),
+        ("c3", "f__echo", {"text": "fine"}),
+    )
+    deep: list[Any] = []
+    for _ in range(300):
+        deep = [deep]
+    body["choices"][0]["message"]["tool_calls"][1]["function"]["arguments"] = {"text": deep}  # an object, not text
+    llm.reply(body)
+    llm.reply(openai_reply("carried on"))
+    result = await client.call_tool("agent", {"task": "t"})
+    assert not result.is_error and result.structured_content is not None, text_of(result)
+    assert (text_of(result), result.structured_content["stop_reason"]) == ("carried on", "final")
+    refusal = "the arguments for f__echo were nested more than 64 levels deep; send a JSON object"
+    records = result.structured_content["steps"][0]["tool_calls"]
+    assert [(r["arguments"], r["ok"], r.get("error")) for r in records] == [
+        ({}, False, refusal),
+        ({}, False, refusal),
+        ({"text": "fine"}, True, None),
+    ]
+    told = [m["content"] for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert told == [f"[error] {refusal}", f"[error] {refusal}", "fine"]
 
 
 async def test_plan_offers_read_only_tools_only(client: Client, llm: FakeLLM) -> None:
@@ -163,6 +280,17 @@ async def test_plan_offers_read_only_tools_only(client: Client, llm: FakeLLM) ->
     offered = {tool["function"]["name"] for tool in llm.requests[-1].body["tools"]}
     assert {"f__echo", "time__get_current_time", "image_gen"} <= offered
     assert not offered & {"f__crash", "f__delete_file", "f__mutate"}
+
+
+async def test_plan_says_when_a_pattern_picks_only_tools_it_withholds(client: Client, llm: FakeLLM) -> None:
+    """A selector that leaves plan no tool is refused in one line, not run with nothing selected."""
+    requests = len(llm.requests)
+    result = await client.call_tool("plan", {"task": "plan it", "tools": ["f.delete_*"]})
+    assert result.is_error and text_of(result) == (
+        "tools: pattern 'f.delete_*' matches only tools plan mode withholds, as they may change things "
+        "(f.delete_file); plan uses read-only tools"
+    )
+    assert len(llm.requests) == requests  # the model was not asked
 
 
 async def test_the_toolbox_resource(client: Client) -> None:
@@ -324,3 +452,219 @@ async def test_a_given_provider_is_the_model_of_every_run() -> None:
     assert not result.is_error, result
     assert text_of(result) == "from the given model"
     given.assert_done()
+
+
+@contextmanager
+def never_answering_url() -> Iterator[str]:
+    """A /mcp URL on a TCP port that accepts connections (the kernel completes them) and never says a word."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
+
+
+async def child_states(client: Client) -> dict[str, str]:
+    box = json.loads((await client.read_resource("meta-agent://toolbox")).contents[0].text)  # type: ignore[union-attr]
+    return {server["name"]: server["status"] for server in box["servers"]}
+
+
+# Longer than any run below takes; a run that waited for the mute child would see it give up first.
+PATIENT_START = 20.0
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_run_waits_only_for_the_children_its_tools_need(era: str, llm: FakeLLM) -> None:
+    """A child that accepts connections but never answers holds up no run whose tools leave it out: each answers
+    while that child is still starting (it would have given up by then, had the run waited for it)."""
+    with never_answering_url() as url:
+        servers = {"f": fault_entry(), "mute": ServerEntry(url=url)}
+        settings = Settings(model="openai:fake-model")
+        server = build_server(settings, servers, openai_env(llm), start_timeout=PATIENT_START)
+        async with Client(server, mode="legacy" if era == "legacy" else "auto") as client:
+            for tool, arguments in [
+                ("ask", {"prompt": "hi"}),  # ask uses internal tools only: it needs no child
+                ("ask", {"prompt": "hi", "tools": ["image_gen"]}),
+                ("agent", {"task": "t", "tools": ["f.*"]}),
+                ("agent", {"task": "t", "tools": ["f*", "image_gen"]}),  # a glob over server names that f matches
+                ("plan", {"task": "t", "tools": ["[f].echo"]}),
+            ]:
+                llm.reply(openai_reply("fine"))
+                result = await client.call_tool(tool, arguments)
+                assert text_of(result) == "fine", (tool, arguments, text_of(result))
+                assert (await child_states(client))["mute"] == "starting", (tool, arguments)
+            asked = await client.call_tool("ask", {"prompt": "hi", "tools": ["mute.*"]})
+            assert text_of(asked) == (
+                "tools: pattern 'mute.*' matches no tool of ask mode, which uses internal tools only (image_gen)"
+            )
+
+
+async def test_a_run_that_needs_a_never_answering_child_waits_its_start_timeout_then_says_why(llm: FakeLLM) -> None:
+    with never_answering_url() as url:
+        servers = {"mute": ServerEntry(url=url)}
+        server = build_server(Settings(model="openai:fake-model"), servers, openai_env(llm), start_timeout=1)
+        async with Client(server) as client:
+            for pattern in ["mute.*", "m*.*", "*e.nothing"]:
+                result = await client.call_tool("agent", {"task": "t", "tools": [pattern]})
+                assert result.is_error
+                assert text_of(result) == (
+                    f"tools: pattern {pattern!r} matches no tool (server 'mute' is restarting: no answer within 1 s)"
+                )
+            # Without patterns a run needs every child: it waited for mute, then goes on without its tools.
+            llm.reply(openai_reply("fine"))
+            assert text_of(await client.call_tool("agent", {"task": "t"})) == "fine"
+            assert [tool["function"]["name"] for tool in llm.requests[-1].body["tools"]] == ["image_gen"]
+
+
+# -- conversations and trust: state that must not be lost or trusted wrongly ------------------------------------------
+
+
+class HeldUser:
+    """An elicitation callback that allows the call, but only once the test lets it answer."""
+
+    def __init__(self) -> None:
+        self.asked = anyio.Event()
+        self.may_answer = anyio.Event()
+
+    async def __call__(self, _ctx: Any, _params: Any) -> t.ElicitResult:
+        self.asked.set()
+        await self.may_answer.wait()
+        return t.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+
+def chat_of(llm: FakeLLM, tag: str) -> list[tuple[str, str]]:
+    """(role, text) of the messages of the last model request that mentions `tag`, the system prompt left out."""
+    body = next(seen.body for seen in reversed(llm.requests) if tag in json.dumps(seen.body))
+    return [(m["role"], m.get("content") or "") for m in body["messages"][1:]]
+
+
+async def test_concurrent_turns_of_one_conversation_are_serialised(llm: FakeLLM, tmp_path: Path) -> None:
+    """A call that continues a conversation while a turn of it runs (here: waiting for the user's approval) waits for
+    that turn and starts from it; both turns are in the conversation, in order."""
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "c.sqlite3")
+    server = build_server(settings, {"f": fault_entry()}, openai_env(llm))
+    user = HeldUser()
+    results: dict[str, t.CallToolResult] = {}
+    async with Client(server, mode="legacy", elicitation_callback=user) as client:
+        llm.reply(openai_reply("noted"), match="<t0>")
+        first = await client.call_tool("agent", {"task": "remember <t0>"})
+        conversation = first.structured_content["conversation_id"]  # type: ignore[index]
+
+        async def turn(tag: str) -> None:
+            results[tag] = await client.call_tool("agent", {"task": f"turn {tag}", "conversation_id": conversation})
+
+        llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/a"})), match="<A>")
+        llm.reply(openai_reply("A done"), match="<A>")
+        llm.reply(openai_reply("B done"), match="<B>")
+        with capture_logs() as logs, anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(turn, "<A>")
+                await user.asked.wait()  # turn A holds the conversation, waiting for the user
+                tg.start_soon(turn, "<B>")
+                while not any(e["event"] == "conversation_waiting" for e in logs) and not any(
+                    "<B>" in json.dumps(seen.body) for seen in llm.requests
+                ):
+                    await anyio.sleep(0.01)  # until B waits for A (or, wrongly, runs beside it)
+                user.may_answer.set()
+        assert [text_of(results[tag]) for tag in ("<A>", "<B>")] == ["A done", "B done"]
+        turn_a = [("user", "turn <A>"), ("assistant", ""), ("tool", "deleted /a"), ("assistant", "A done")]
+        assert chat_of(llm, "<B>") == [("user", "remember <t0>"), ("assistant", "noted"), *turn_a, ("user", "turn <B>")]
+
+        llm.reply(openai_reply("C done"), match="<C>")
+        await turn("<C>")
+        assert [text for role, text in chat_of(llm, "<C>") if role == "user"] == [
+            "remember <t0>",
+            "turn <A>",
+            "turn <B>",
+            "turn <C>",
+        ]
+
+
+def unanswered_openai(messages: list[dict[str, Any]]) -> list[str]:
+    """Tool call ids of assistant messages that the tool messages right after them do not answer."""
+    missing: list[str] = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or not message.get("tool_calls"):
+            continue
+        after = messages[i + 1 : i + 1 + len(message["tool_calls"])]
+        answered = {m.get("tool_call_id") for m in after if m["role"] == "tool"}
+        missing += [call["id"] for call in message["tool_calls"] if call["id"] not in answered]
+    return missing
+
+
+def unanswered_anthropic(messages: list[dict[str, Any]]) -> list[str]:
+    """tool_use ids of assistant messages that the user message right after them does not answer."""
+    missing: list[str] = []
+    for i, message in enumerate(messages):
+        blocks = message["content"] if isinstance(message["content"], list) else []
+        uses = [block["id"] for block in blocks if block["type"] == "tool_use"]
+        if message["role"] != "assistant" or not uses:
+            continue
+        after = messages[i + 1]["content"] if i + 1 < len(messages) else []
+        answered = {block.get("tool_use_id") for block in after if isinstance(block, dict)}
+        missing += [use for use in uses if use not in answered]
+    return missing
+
+
+@pytest.mark.parametrize("vendor", ["openai", "anthropic"])
+async def test_ask_with_two_tool_calls_saves_a_transcript_every_provider_accepts(
+    vendor: str, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """ask runs the first of two calls; the saved transcript answers both, so continuing it with agent sends every
+    provider a request in which each tool call has its result."""
+    model = {"openai": "openai:fake-model", "anthropic": "anthropic:claude-sonnet-5-5"}[vendor]
+    env = openai_env(llm, ANTHROPIC_BASE_URL=llm.url, ANTHROPIC_API_KEY="sk-ant-test")
+    settings = Settings(model=model, image_model="openai:gpt-image-2.5-flare", conversations_db=tmp_path / "c.db")
+    tag = f"<two-calls-{vendor}>"
+    prompts = [{"prompt": f"a red dot {tag}"}, {"prompt": f"a blue dot {tag}"}]
+    if vendor == "openai":
+        llm.reply(openai_reply("Two.", ("c1", "image_gen", prompts[0]), ("c2", "image_gen", prompts[1])), match=tag)
+    else:
+        uses = [{"type": "tool_use", "id": f"t{i}", "name": "image_gen", "input": p} for i, p in enumerate(prompts)]
+        llm.reply(anthropic_reply({"type": "text", "text": "Two."}, *uses), match=tag)
+    llm.reply(images_reply(PNG), match="a red dot")
+    continued = f"<continued-{vendor}>"
+    llm.reply(
+        openai_reply("Continued.") if vendor == "openai" else anthropic_reply({"type": "text", "text": "Continued."}),
+        match=continued,
+    )
+    async with Client(build_server(settings, {}, env)) as client:
+        asked = await client.call_tool("ask", {"prompt": f"draw two dots {tag}"})
+        assert not asked.is_error, text_of(asked)
+        conversation = asked.structured_content["conversation_id"]  # type: ignore[index]
+        result = await client.call_tool("agent", {"task": f"and now? {continued}", "conversation_id": conversation})
+    assert text_of(result) == "Continued."
+    sent = next(seen.body for seen in reversed(llm.requests) if continued in json.dumps(seen.body))
+    unanswered = unanswered_openai if vendor == "openai" else unanswered_anthropic
+    assert len(json.dumps(sent).split("image_gen")) > 2 and unanswered(sent["messages"]) == []
+    assert "not run: ask runs one tool call, the first one asked for" in json.dumps(sent)
+
+
+async def test_a_trust_file_broken_while_serving_fails_closed(llm: FakeLLM, tmp_path: Path) -> None:
+    """A recorded `always` lets a destructive tool run unasked; a stray comma in the trust file (the server running)
+    makes it ask-level again, so a caller that cannot be asked has it refused, and the toolbox says why."""
+    path = tmp_path / "servers.trust.json"
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm), trust_file=path)
+    async with Client(server) as client:  # declares no elicitation: an ask-level tool is refused
+        engine = server.engine_holder["engine"]  # type: ignore[attr-defined]
+        await engine.pool.wait_settled()
+        spec = engine.toolbox().by_name["f.delete_file"]
+        record = trustfile.Recorded(level="always", definition=definition_of(spec), recorded="then")
+        trustfile.save(path, {spec.name: record})
+
+        async def delete(tag: str) -> dict[str, Any]:
+            llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/x"})), match=tag)
+            llm.reply(openai_reply("over"), match=tag)
+            result = await client.call_tool("agent", {"task": f"delete /x {tag}"})
+            return result.structured_content["steps"][0]["tool_calls"][0]  # type: ignore[index]
+
+        assert (await delete("<trusted>"))["ok"]
+        path.write_text(path.read_text().replace('"level": "always",', '"level": "always",,'))
+        refused = await delete("<broken>")
+        assert not refused["ok"] and "servers.json" in refused["error"], refused
+        box = json.loads((await client.read_resource("meta-agent://toolbox")).contents[0].text)  # type: ignore[union-attr]
+        problem = box["problems"][0]
+        assert problem.startswith(f"{path}: cannot read the trust file: ") and "\n" not in problem
+        assert box["trust_file"] == {"path": str(path), "problem": problem}
+        tool = next(tool for tool in box["tools"] if tool["name"] == "f.delete_file")
+        assert tool["trust"] == "ask" and tool["trust_source"].endswith("does not apply: the trust file cannot be read")
+
+        trustfile.save(path, {spec.name: record})  # fixed
+        assert (await delete("<fixed>"))["ok"]

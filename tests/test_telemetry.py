@@ -12,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from meta_agent.config import Settings
 from meta_agent.engine import Engine
@@ -52,3 +53,16 @@ async def test_a_run_a_model_call_and_a_tool_call_are_spans(tmp_path: Path, llm:
     assert all(
         span.parent is not None and span.parent.span_id == run.context.span_id for span in ours if span is not run
     )
+
+
+async def test_a_model_turn_the_deadline_cuts_ends_its_span(tmp_path: Path, llm: FakeLLM) -> None:
+    EXPORTER.clear()
+    llm.reply(openai_reply("too late"), delay=30)  # answered only once the client has gone away
+    llm.reply(openai_reply("out of time"))
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path, time_limit=0.5)
+    async with Engine(settings, {}, openai_env(llm)) as engine:
+        result = await engine.run("t", mode="agent")
+    assert result.stop_reason == "deadline"
+    cut, last = [span for span in EXPORTER.get_finished_spans() if span.name == "meta_agent.model"]
+    assert (cut.status.status_code, cut.status.description) == (StatusCode.ERROR, "cut: deadline")
+    assert (last.attributes["meta_agent.final"], last.status.status_code) == (True, StatusCode.UNSET)

@@ -11,7 +11,7 @@ from meta_agent.children import ChildPool
 from meta_agent.config import ToolFilter
 from meta_agent.errors import PatternError
 from meta_agent.image_gen import IMAGE_GEN
-from meta_agent.toolbox import ALIAS, Toolbox, ToolHints, ToolSpec, alias_for
+from meta_agent.toolbox import ALIAS, Toolbox, ToolHints, ToolSpec, alias_for, may_name_server
 
 LONG = "x" * 70
 
@@ -143,3 +143,29 @@ async def test_a_toolbox_of_real_children() -> None:
         "f.image",
     }
     assert all(ALIAS.fullmatch(s.alias) for s in box.tools)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "server", "named"),
+    [
+        ("time.*", "time", True),
+        ("time.get_current_time", "time", True),
+        ("time.*", "timer", False),
+        ("time.*", "tim", False),
+        ("t*", "time", True),  # a star crosses the dot
+        ("*", "pg", True),
+        ("*.query", "pg", True),
+        ("*time*", "pg", True),  # pg.get_time would match
+        ("t?me.*", "time", True),
+        ("ti[lm]e.*", "time", True),
+        ("ti[!m]e.*", "time", False),
+        ("[]a]*", "a", True),
+        ("image_gen", "image", False),  # an internal tool's name
+        ("time", "time", False),
+        ("time.", "time", False),  # a tool's own name is never empty
+        ("pg.*", "time", False),
+    ],
+)
+def test_which_servers_a_pattern_can_name(pattern: str, server: str, named: bool) -> None:
+    """A run waits only for the children whose tools its patterns can match, whatever tools they turn out to have."""
+    assert may_name_server(pattern, server) is named

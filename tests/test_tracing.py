@@ -7,17 +7,21 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import structlog
 from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
+from ulid import ULID
 
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine
-from meta_agent.tracing import REDACTED, Redactor, prune_traces
+from meta_agent.events import LimitReached, RunFailed, RunStarted, ToolCallStarted
+from meta_agent.tracing import REDACTED, Redactor, TraceWriter, prune_traces
 
 pytestmark = pytest.mark.anyio
 PLANTED = {
@@ -183,3 +187,77 @@ async def test_runs_lists_and_tells_a_run(tmp_path: Path, llm: FakeLLM) -> None:
         env=env,
     )
     assert missing.returncode == 2 and missing.stderr.startswith("meta-agent: runs: no trace of run")
+
+
+# -- the writer thread and the lock of a live trace -------------------------------------------------------------------
+
+STALL_BOUND = 10.0  # on a regression the event loop itself is stuck in open(): a timer thread ends the stall then
+
+
+def started(run_id: str) -> RunStarted:
+    return RunStarted(run_id=run_id, mode="agent", task="t", model="m", tools=())
+
+
+async def test_a_stalled_disk_never_blocks_a_run(tmp_path: Path) -> None:
+    """The trace is a FIFO nobody reads yet, so opening it blocks: every event is still handed over at once, and
+    once the disk moves again the trace arrives whole and in order before `aclose` returns."""
+    run_id = str(ULID())
+    fifo = tmp_path / f"{run_id}.jsonl"
+    os.mkfifo(fifo)
+    opened, received = threading.Event(), bytearray()
+
+    def read() -> None:
+        with fifo.open("rb") as file:
+            opened.set()
+            received.extend(file.read())
+
+    unstall = threading.Timer(STALL_BOUND, read)
+    unstall.start()
+    reader = threading.Thread(target=read)
+    writer = TraceWriter(tmp_path, Redactor([]))
+    events = [started(run_id), LimitReached(step=1, limit="max_steps"), RunFailed(run_id=run_id, error="down")]
+    try:
+        for event in events:
+            await writer(event)
+        assert not opened.is_set(), "an event waited for the disk"
+        unstall.cancel()
+        reader.start()
+        with anyio.fail_after(STALL_BOUND):
+            await writer.aclose()
+        assert opened.is_set()  # aclose returned after the writer had written the whole trace
+    finally:
+        unstall.cancel()
+        if not opened.is_set():  # free the writer thread, which waits for a reader of the FIFO
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        if reader.ident is not None:
+            await anyio.to_thread.run_sync(reader.join, STALL_BOUND)
+    assert [json.loads(line)["kind"] for line in received.splitlines()] == [event.kind for event in events]
+
+
+async def test_a_trace_a_live_run_writes_is_not_pruned(tmp_path: Path) -> None:
+    run_id = str(ULID())
+    writer = TraceWriter(tmp_path, Redactor([]))
+    await writer(started(run_id))
+    path = tmp_path / f"{run_id}.jsonl"
+    with anyio.fail_after(STALL_BOUND):
+        while not (path.exists() and path.read_text()):
+            await anyio.sleep(0.01)
+    os.utime(path, (0, 0))  # as old as it gets, but its run is live
+    assert prune_traces(tmp_path, max_age_days=14) == 0 and path.exists()
+    await writer(RunFailed(run_id=run_id, error="down"))
+    await writer.aclose()
+    os.utime(path, (0, 0))
+    assert prune_traces(tmp_path, max_age_days=14) == 1 and not path.exists()
+
+
+async def test_a_lone_surrogate_is_traced_not_the_end_of_the_trace(tmp_path: Path) -> None:
+    """JSON may carry "\\ud800", which Python decodes to a str that UTF-8 cannot encode."""
+    run_id = str(ULID())
+    writer = TraceWriter(tmp_path, Redactor([]))
+    await writer(started(run_id))
+    await writer(ToolCallStarted(step=1, call_id="c1", name="f.echo", arguments={"text": "a\ud800b"}))
+    await writer(RunFailed(run_id=run_id, error="down"))
+    await writer.aclose()
+    records = [json.loads(line) for line in (tmp_path / f"{run_id}.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in records] == ["run_started", "tool_call_started", "run_failed"]
+    assert records[1]["arguments"] == {"text": "a\ud800b"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -20,8 +21,12 @@ from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from meta_agent import __version__
+
 pytestmark = pytest.mark.anyio
 TOKEN = "test-token-123"
+# --allowed-host values of the HTTP server below: any case as given, any port unless one is named.
+ALLOWED_HOSTS = ["MCP.example.com", "proxy.example:9000", "::2"]
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +127,7 @@ def http_server(llm: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
             str(port),
             "--config",
             str(config),
+            *(arg for host in ALLOWED_HOSTS for arg in ("--allowed-host", host)),
         ],
         env=openai_env(llm, model="openai:fake-model", base=os.environ, META_AGENT_HTTP_TOKEN=TOKEN),
         stderr=subprocess.PIPE,
@@ -129,7 +135,7 @@ def http_server(llm: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
     )
     log = ServerLog(proc.stderr)
     try:
-        log.wait_for("Uvicorn running on")
+        log.wait_for("serving_http")
         yield f"http://127.0.0.1:{port}", log
     finally:
         proc.terminate()
@@ -167,7 +173,7 @@ async def test_http_cancel_reaches_the_child(mode: str, http_server: tuple[str, 
                 await progress.until("call f.hang")
                 tg.cancel_scope.cancel()
     await anyio.to_thread.run_sync(lambda: log.wait_for("hang cancelled", more_than=already))
-    async with httpx2.AsyncClient() as http:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         health = (await http.get(f"{url}/health")).json()
     assert health["children"] == {"f": "ready", "every": "ready"}
 
@@ -177,8 +183,13 @@ async def test_http_security(http_server: tuple[str, ServerLog]) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     good = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"}
     async with httpx2.AsyncClient() as http:
-        health = await http.get(f"{url}/health")
-        assert health.status_code == 200 and health.json()["status"] == "ok"
+        health = await http.get(f"{url}/health")  # without the token: up or not, and nothing else
+        assert (health.status_code, health.json()) == (200, {"status": "ok"})
+        for authorization in ["Bearer nope", f"Basic {TOKEN}", f"Bearer {TOKEN}x"]:
+            health = await http.get(f"{url}/health", headers={"Authorization": authorization})
+            assert (health.status_code, health.json()) == (200, {"status": "ok"}), authorization
+        health = (await http.get(f"{url}/health", headers={"Authorization": f"bearer {TOKEN}"})).json()
+        assert (health["status"], health["version"], set(health["children"])) == ("ok", __version__, {"f", "every"})
         no_token = await http.post(f"{url}/mcp", json=body, headers={"Accept": good["Accept"]})
         assert no_token.status_code == 401
         assert no_token.headers["www-authenticate"] == "Bearer"
@@ -197,6 +208,7 @@ async def test_http_security(http_server: tuple[str, ServerLog]) -> None:
             return (await http.post(f"{url}/mcp", json=discover, headers=headers)).status_code
 
         assert await status(modern) not in (401, 403, 421)
+        assert await status({**modern, "Authorization": "Bearer nope"}) == 401
         assert await status({**modern, "Host": "evil.example"}) == 421
         assert await status({**modern, "Origin": "http://evil.example"}) == 403
 
@@ -239,3 +251,88 @@ async def test_http_approval(mode: str, can_ask: bool, http_server: tuple[str, S
         assert (len(asked), told) == (1, "deleted /srv/x")
     else:
         assert told.startswith("[error] f.delete_file needs the user's approval and this caller cannot be asked")
+
+
+def raw_status(url: str, path: str, headers: list[tuple[str, str]], *, era: str) -> int:
+    """The status of one HTTP/1.1 request written byte for byte (an HTTP client would tidy odd Host values up)."""
+    body = b""
+    if path == "/mcp":
+        method = "server/discover" if era == "2026-07-28" else "ping"
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method}).encode()
+        headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"), *headers]
+        if era == "2026-07-28":
+            headers.append(("MCP-Protocol-Version", "2026-07-28"))
+    request = [f"{'POST' if body else 'GET'} {path} HTTP/1.1", *(f"{name}: {value}" for name, value in headers)]
+    request += [f"Authorization: Bearer {TOKEN}", f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall("\r\n".join(request).encode("latin-1") + body)
+        status_line = sock.makefile("rb").readline()
+    return int(status_line.split()[1])
+
+
+# Each is refused: not host[:port] as a browser writes it, or not a name this server answers to.
+HOSTILE_HOSTS = [
+    "localhost:80@evil.example",
+    "localhost.evil.example",
+    "127.0.0.1.evil.example:{port}",
+    "127.0.0.1:{port}/../x",
+    "[::1]x",
+    "[::1]:{port}x",
+    "",
+    "user@localhost:{port}",
+    "localhost:{port}:{port}",
+    "localhost:0{port}",
+    "localhost:99999",
+    "LOCALHOST:{port}",
+    "localhost.:{port}",
+    "localhost:",
+    "evil.example",
+    "mcp.example.com.evil.example",
+    "proxy.example:9001",
+    "proxy.example",
+    "[::2%eth0]",
+]
+ALLOWED = ["127.0.0.1:{port}", "localhost", "localhost:{port}", "[::1]:{port}", "mcp.example.com", "[::2]:1"]
+ALLOWED += ["mcp.example.com:443", "proxy.example:9000"]
+HOSTILE_ORIGINS = [
+    "http://evil.example",
+    "http://localhost:80@evil.example",
+    "http://localhost.evil.example",
+    "https://127.0.0.1.evil.example",
+    "null",
+    "",
+    "file://",
+    "http://localhost/",
+    "http://user@localhost",
+    "ftp://localhost",
+    "HTTP://LOCALHOST",
+    "http://localhost:{port}:{port}",
+    "http://localhost.",
+    "http://proxy.example",
+]
+ALLOWED_ORIGINS = ["http://localhost:{port}", "https://127.0.0.1", "http://[::1]:6274", "https://mcp.example.com"]
+ALLOWED_ORIGINS += ["http://proxy.example:9000"]
+ROUTES = [("/health", "any"), ("/mcp", "legacy"), ("/mcp", "2026-07-28")]
+
+
+def test_host_and_origin_are_compared_exactly(http_server: tuple[str, ServerLog]) -> None:
+    """Over real HTTP, on /health and on /mcp in both eras: a hostile Host gets 421 and a hostile Origin 403, while
+    the names the server answers to (loopback, --allowed-host) pass."""
+    url, _ = http_server
+    port = url.rsplit(":", 1)[1]
+    local = ("Host", f"127.0.0.1:{port}")
+    for path, era in ROUTES:
+
+        def status(*headers: tuple[str, str], path: str = path, era: str = era) -> int:
+            return raw_status(url, path, list(headers), era=era)
+
+        for host in HOSTILE_HOSTS:
+            assert status(("Host", host.format(port=port))) == 421, (path, era, host)
+        assert status(local, local) in (400, 421), (path, era, "two Host headers")  # uvicorn's parser says 400 first
+        for host in ALLOWED:
+            assert status(("Host", host.format(port=port))) not in (401, 403, 421), (path, era, host)
+        for origin in HOSTILE_ORIGINS:
+            assert status(local, ("Origin", origin.format(port=port))) == 403, (path, era, origin)
+        for origin in ALLOWED_ORIGINS:
+            assert status(local, ("Origin", origin.format(port=port))) not in (401, 403, 421), (path, era, origin)

@@ -105,6 +105,16 @@ def test_a_broken_trust_file_is_one_line(tmp_path: Path, text: str, message: str
     result = meta_agent(config, "tools")
     assert result.returncode == 2 and message in result.stderr
     assert len(result.stderr.splitlines()) == 1
+    # The toolbox still shows, with the levels that apply meanwhile and the problem.
+    problem = result.stderr.removeprefix("meta-agent: ").rstrip("\n")
+    assert problem.endswith("; recorded trust levels do not apply until it is fixed")
+    assert f"problem: {problem}" in result.stdout.splitlines()
+    assert "ask (not read-only)" in next(x for x in result.stdout.splitlines() if "f.delete_file" in x)
+    described = meta_agent(config, "tools", "--json")
+    assert described.returncode == 2
+    box = json.loads(described.stdout)
+    assert box["problems"] == [problem]
+    assert box["trust_file"] == {"path": str(tmp_path / "servers.trust.json"), "problem": problem}
 
 
 @pytest.mark.anyio
@@ -161,3 +171,43 @@ def test_annotations_are_part_of_the_definition() -> None:
     assert trustfile.definition_hash("d", schema, {"readOnlyHint": True}) != trustfile.definition_hash(
         "d", schema, {"readOnlyHint": False}
     )
+
+
+@pytest.mark.anyio
+async def test_a_trust_file_that_cannot_be_read_fails_closed(tmp_path: Path) -> None:
+    """Broken while the engine runs: no recorded level raises a tool's trust (an `always` falls back to the default),
+    what was recorded last may still lower it (a `never`, an `ask`), and the toolbox says why; fixed, they apply
+    again."""
+    path = tmp_path / "servers.trust.json"
+    async with Engine(Settings(), {"f": fault_entry()}, {}, trust_file=path) as engine:
+        await engine.pool.wait_settled()
+        box = engine.toolbox()
+        levels = {"f.delete_file": "always", "f.echo": "never", "f.pid": "ask"}
+        trustfile.save(
+            path,
+            {
+                name: trustfile.Recorded(level=level, definition=definition_of(box.by_name[name]), recorded="then")  # type: ignore[arg-type]
+                for name, level in levels.items()
+            },
+        )
+        assert {name: engine.toolbox().by_name[name].trust for name in levels} == levels
+
+        path.write_text(path.read_text().replace('"level": "always",', '"level": "always",,'))  # a stray comma
+        box = engine.toolbox()
+        assert {name: box.by_name[name].trust for name in levels} == {
+            "f.delete_file": "ask",
+            "f.echo": "never",
+            "f.pid": "ask",
+        }
+        assert box.by_name["f.delete_file"].trust_source == (
+            "not read-only; the 'always' recorded for it does not apply: the trust file cannot be read"
+        )
+        assert box.by_name["f.echo"].trust_source == (
+            "meta-agent trust 'never' as last read; the trust file cannot be read now"
+        )
+        assert box.problems[0].startswith(f"{path}: cannot read the trust file: ")
+        assert engine.describe()["trust_file"] == {"path": str(path), "problem": box.problems[0]}
+
+        path.write_text(path.read_text().replace(",,", ","))  # fixed
+        assert {name: engine.toolbox().by_name[name].trust for name in levels} == levels
+        assert engine.trust_problem is None and not engine.toolbox().problems

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import mcp.types as t
 import structlog
+from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from ulid import ULID
@@ -88,13 +89,29 @@ class SessionAllowances:
     """Tools the user allowed "for this session", per MCP session; forgotten when the session is."""
 
     def __init__(self) -> None:
-        self._by_session: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self._by_session: weakref.WeakKeyDictionary[Connection, set[str]] = weakref.WeakKeyDictionary()
 
     def of(self, ctx: Context) -> set[str]:
-        # The SDK builds a new ServerSession for every request; the connection behind it is what lives as long as
-        # the MCP session, and it has no public handle.
-        connection = getattr(ctx.session, "_connection", ctx.session)
-        return self._by_session.setdefault(connection, set())
+        return self._by_session.setdefault(session_connection(ctx), set())
+
+
+def session_connection(ctx: Context) -> Connection:
+    """The SDK's `Connection` behind `ctx`, which lives as long as the MCP session (one per 2025-11-25 session).
+
+    The SDK builds a new `ServerSession` for every request and gives no public handle on the connection behind it,
+    so this is the one read of an SDK internal; tests/test_approvals.py::test_the_session_connection_* fails when
+    an SDK release moves it.
+
+    Raises:
+        TypeError: the installed SDK no longer keeps the connection where this reads it.
+    """
+    connection = getattr(ctx.session, "_connection", None)
+    if not isinstance(connection, Connection):
+        raise TypeError(
+            "this mcp SDK keeps no Connection in ServerSession._connection; "
+            "meta_agent.approvals.session_connection needs updating for it"
+        )
+    return connection
 
 
 class LiveApprover:

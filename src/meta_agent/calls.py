@@ -5,14 +5,14 @@ model. No I/O of its own; the approver is the caller's (the MCP front asks the h
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import structlog
 
 from meta_agent.events import Mode
-from meta_agent.messages import ImagePart, Part, TextPart
+from meta_agent.messages import TOO_DEEP, ImagePart, ModelResponse, Part, TextPart, too_deep
 from meta_agent.policy import decide
 from meta_agent.toolbox import ToolOutcome, ToolSpec
 
@@ -63,6 +63,18 @@ def needs_approval(spec: ToolSpec, mode: Mode) -> bool:
 
 def refusal(spec: ToolSpec, verdict: Verdict) -> str:
     return f"the user did not allow {spec.name} ({verdict.answer}); do without it, or ask the user"
+
+
+def bounded(response: ModelResponse) -> ModelResponse:
+    """`response` with the arguments of each call nested too deep dropped and the call marked invalid: the model is
+    told, and nothing after this (schema checks, the trace, the structured result, a child) ever holds them."""
+    if not any(too_deep(call.arguments) for call in response.tool_calls):
+        return response
+    calls = tuple(
+        replace(call, arguments={}, invalid_arguments=TOO_DEEP) if too_deep(call.arguments) else call
+        for call in response.tool_calls
+    )
+    return replace(response, tool_calls=calls)
 
 
 class ArgumentCheck:

@@ -4,8 +4,9 @@ One `ChildServer` per `servers.json` entry. Its `supervise()` task is the only t
 child's `mcp.Client` (the SDK requires it), lists the child's tools (every page), and reconnects with a capped
 exponential backoff when the child dies. Calls come from other tasks and share the connected client.
 
-A stdio child's stderr is read through a pipe of ours and written to our log line by line, so nothing a child
-prints reaches our stdout. The pipe closing is also how a dead stdio child is noticed between calls.
+A stdio child runs in its own process group, which is ended whole when its connection ends (stdio_child.py), so no
+grandchild outlives it. Its stderr is read through a pipe of ours and written to our log line by line, so nothing a
+child prints reaches our stdout. The pipe closing is also how a dead stdio child is noticed between calls.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TextIO
@@ -26,17 +27,19 @@ import mcp.types as t
 import pydantic
 import structlog
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from meta_agent.config import ServerEntry
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
+from meta_agent.stdio_child import stdio_child
 
 log = structlog.get_logger("meta_agent.children")
 
 # npm- and uv-launched servers can take several seconds to boot; longer than this is a child that will not start.
 START_TIMEOUT = 30.0
+# A failed start is recorded once the child is stopped, which the SDK's stdio shutdown can stretch by seconds.
+SETTLE_GRACE = 5.0
 # The first retry comes quickly (a crash is often a one-off); later ones back off to spare a crash-looping child.
 BACKOFF_FIRST = 0.5
 BACKOFF_CAP = 30.0
@@ -304,7 +307,7 @@ class ChildServer:
             )
             async with anyio.create_task_group() as tg:
                 with self._stderr_pipe(tg) as errlog:
-                    async with self._client_for(stdio_client(params, errlog=errlog)) as client:
+                    async with self._client_for(stdio_child(self.name, params, errlog)) as client:
                         errlog.close()  # the child has its own copy now; the pipe ends when the child does
                         yield client
                 tg.cancel_scope.cancel()
@@ -567,7 +570,10 @@ class ChildPool:
         # ended lets an exception of the body propagate as itself, not wrapped in an ExceptionGroup.
         await self._tg.__aexit__(None, None, None)
 
-    async def wait_settled(self) -> None:
-        """Wait until every child has connected or failed once."""
-        for child in self:
-            await child.settled.wait()
+    async def wait_settled(self, names: Iterable[str] | None = None) -> None:
+        """Wait until each child of `names` (default: every child) has connected or failed once. Its supervisor
+        gives up on a start after the child's start timeout; this waits a little longer at most, never forever."""
+        now = anyio.current_time()
+        for child in self if names is None else (self.children[name] for name in names):
+            with anyio.CancelScope(deadline=now + child.start_timeout + SETTLE_GRACE):
+                await child.settled.wait()

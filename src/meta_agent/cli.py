@@ -1,30 +1,35 @@
 """The `meta-agent` command line.
 
 Exit codes: 0 success; 1 a check or a run failed; 2 bad input (config, settings, arguments, no model); 128 + N
-stopped by signal N (130 for Ctrl-C, 143 for SIGTERM), always after every child process has been stopped.
+stopped by signal N (130 for Ctrl-C, 143 for SIGTERM), whether or not the host keeps our stdin open, and always after
+every child's whole process group has been ended.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import fnmatch
 import json
 import math
 import os
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
+import structlog
 
 from meta_agent import __version__, runs, trustfile
 from meta_agent.children import START_TIMEOUT, ChildPool
 from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError
+from meta_agent.stdio_child import running_children
 from meta_agent.terminal import LiveView, check_line, paint_for, plural, print_toolbox
 from meta_agent.toolbox import Toolbox, definition_of
 from meta_agent.tracing import configure_logging, default_trace_dir
@@ -34,6 +39,11 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SIGNALLED = 128  # plus the signal number
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+RUNS_NAMED = 3  # unreadable trace files named in `runs`; the count says how many more
+MAX_PORT = 65535
+LISTEN_BACKLOG = 2048  # uvicorn's default: connections queue here while the server is still starting up
+
+log = structlog.get_logger("meta_agent.cli")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -134,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         servers = load_servers(args.config, os.environ)
         settings.enabled_internal_tools(["image_gen"])  # an unknown name is bad input: say so before starting
         args.trust_file = trust_path(args.config)
-        trustfile.load(args.trust_file)  # likewise a broken trust file
+        if args.command != "tools":  # likewise a broken trust file; `tools` shows what it does to the levels
+            trustfile.load(args.trust_file)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     default_level = "info" if args.command == "serve" else "warning"
@@ -161,7 +172,7 @@ def _fail(message: str, code: int) -> int:
 
 async def _until_signalled(command: Callable[..., Awaitable[int]], *args: Any) -> int:
     """Run `command`; the first SIGINT, SIGTERM or SIGHUP cancels it. Signals stay caught until the command has
-    finished unwinding, so a second one cannot interrupt the stopping of the children."""
+    finished unwinding, so a second one cannot interrupt the stopping of the children; it says which are left."""
     received: list[int] = []
     result, broken_pipe = 0, False
     with anyio.open_signal_receiver(*SIGNALS) as signals:
@@ -174,7 +185,7 @@ async def _until_signalled(command: Callable[..., Awaitable[int]], *args: Any) -
                             received.append(signum)
                             work.cancel()
                         else:
-                            print("meta-agent: still stopping the child servers", file=sys.stderr)
+                            print(f"meta-agent: {_still_stopping()}", file=sys.stderr)
 
                 tg.start_soon(watch)
                 try:
@@ -190,13 +201,22 @@ async def _until_signalled(command: Callable[..., Awaitable[int]], *args: Any) -
     return result
 
 
+def _still_stopping() -> str:
+    """What a second signal is told: the children whose processes are still being stopped."""
+    left = running_children()
+    if left:
+        return f"still stopping {plural(len(left), 'child server')}: {', '.join(left)}"
+    return "still stopping; no child server process is left"
+
+
 # -- serve ---------------------------------------------------------------------------------------------------------
 
 
 async def _serve_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     from meta_agent.server import build_server
+    from meta_agent.stdio_front import serve_stdio
 
-    await build_server(settings, servers, os.environ, trust_file=args.trust_file).run_stdio_async()
+    await serve_stdio(build_server(settings, servers, os.environ, trust_file=args.trust_file))
     return 0
 
 
@@ -205,16 +225,63 @@ def _serve_http(args: argparse.Namespace, settings: Settings, servers: dict[str,
 
     from meta_agent.server import build_server, http_app
 
-    app = http_app(
-        build_server(settings, servers, os.environ, trust_file=args.trust_file),
-        host=args.host,
-        token=settings.http_token,
-        allowed_hosts=tuple(args.allowed_host),
-    )
+    try:
+        app = http_app(
+            build_server(settings, servers, os.environ, trust_file=args.trust_file),
+            host=args.host,
+            token=settings.http_token,
+            allowed_hosts=tuple(args.allowed_host),
+        )
+        # Bound before anything starts, so a port that is taken is one line, not a started and stopped server.
+        sockets = _listening_sockets(args.host, args.port)
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    host, port = sockets[0].getsockname()[:2]
+    log.info("serving_http", url=f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp")
     # uvicorn handles SIGINT/SIGTERM itself: it stops serving, then the lifespan stops the children.
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, lifespan="on")
-    uvicorn.Server(config).run()
+    config = uvicorn.Config(app, log_config=None, lifespan="on")
+    uvicorn.Server(config).run(sockets=sockets)
     return 0
+
+
+def _listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """A listening socket on each address of `host` (one with IPv4 and IPv6 for localhost).
+
+    Raises:
+        ConfigError: the port is out of range, the host does not resolve, or an address cannot be listened on (the
+        port is taken, the address is not this machine's, or the port is privileged).
+    """
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if not 0 <= port <= MAX_PORT:
+        raise ConfigError(f"--port: {port} is not a port number (0 to {MAX_PORT})")
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host: cannot resolve {host!r}: {exc.strerror}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+            if family == socket.AF_INET6:  # as uvicorn binds: an IPv4 address of the host gets its own socket
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                if exc.errno != errno.EADDRNOTAVAIL or len(addresses) == 1:
+                    raise
+                sockets.pop().close()  # that family is not enabled here (a container without IPv6)
+                continue
+            sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        option = "--host" if exc.errno == errno.EADDRNOTAVAIL else "--port"
+        raise ConfigError(f"{option}: cannot listen on {where}: {(exc.strerror or str(exc)).lower()}") from None
+    if not sockets:
+        raise ConfigError(f"--host: cannot listen on {where}: none of its addresses is this machine's")
+    return sockets
 
 
 # -- run -----------------------------------------------------------------------------------------------------------
@@ -230,17 +297,34 @@ async def _run(args: argparse.Namespace, settings: Settings, servers: dict[str, 
     except (ConfigError, PatternError, ModelNotConfigured) as exc:
         return _fail(str(exc), EXIT_USAGE)
     except MetaAgentError as exc:
-        return _fail(str(exc), EXIT_FAILED)
+        if view.result is None:  # no run started
+            return _fail(str(exc), EXIT_FAILED)
+        if args.json:  # the failed run's result, stop reason error
+            print(json.dumps(view.result.to_json(), indent=2))
+        return _fail(f"{exc} (run_id {view.result.run_id}; see meta-agent runs show {view.result.run_id})", EXIT_FAILED)
     except anyio.get_cancelled_exc_class():
         if args.json and view.result is not None:  # what was gathered before the cancel
             print(json.dumps(view.result.to_json(), indent=2))
         raise
+    except BrokenPipeError:
+        raise  # the reader of our output went away: `main` says nothing more
+    except Exception as exc:  # a bug of ours: one line for the user, the traceback at debug level
+        log.debug("run_crashed", exc_info=True)
+        run = f" (run_id {view.result.run_id})" if view.result is not None else ""
+        return _fail(f"failed: {_describe_bug(exc)}{run}; --log-level debug shows where", EXIT_FAILED)
     for index, image in enumerate(result.images, 1):
         path = Path(f"meta-agent-{result.run_id}-{index}.{image.mime_type.split('/')[-1]}")
         path.write_bytes(base64.b64decode(image.data))
         print(f"meta-agent: wrote {path}", file=sys.stderr)
     print(json.dumps(result.to_json(), indent=2) if args.json else result.answer)
     return 0
+
+
+def _describe_bug(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # raised inside a task group
+        exc = exc.exceptions[0]
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 # -- tools and check -----------------------------------------------------------------------------------------------
@@ -256,6 +340,8 @@ async def _tools(args: argparse.Namespace, settings: Settings, servers: dict[str
             print(json.dumps(engine.describe(), indent=2))
         else:
             print_toolbox(engine.toolbox(), engine.pool, sys.stdout)
+    if engine.trust_problem:  # bad input, though the toolbox above shows the levels that apply meanwhile
+        return _fail(engine.trust_problem, EXIT_USAGE)
     return 0
 
 
@@ -285,27 +371,47 @@ async def _check(args: argparse.Namespace, settings: Settings, servers: dict[str
 
 
 def _runs(args: argparse.Namespace) -> int:
-    """Recent runs, or one run told step by step; read from the trace files, no children started."""
+    """Recent runs, or one run told step by step; read from the trace files, no children started. What cannot be
+    read is skipped and counted on stderr."""
     try:
         settings = load_settings()
         directory = settings.trace_dir or default_trace_dir(os.environ)
         if args.show:
             if not args.run_id:
                 return _fail("runs show: give a RUN_ID (see `meta-agent runs`)", EXIT_USAGE)
-            print("\n".join(runs.account(runs.records(directory, args.run_id))))
+            trace = runs.read(directory, args.run_id)
+            print("\n".join(runs.account(trace)))
+            if trace.skipped:
+                _note(f"runs show: {plural(trace.skipped, 'unreadable record')} skipped in {args.run_id}.jsonl")
             return 0
+        listing = runs.recent(directory)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    summaries = runs.recent(directory)
-    print(f"{directory}: {plural(len(summaries), 'recent run')}")
-    for run in summaries:
+    print(f"{directory}: {plural(len(listing.runs), 'recent run')}")
+    for run in listing.runs:
         seconds = f"{run.seconds:.2f} s" if run.seconds is not None else "?"
-        task = run.task if len(run.task) <= 60 else run.task[:59] + "…"
+        task = " ".join(run.task.split())
+        task = task if len(task) <= 60 else task[:59] + "…"
         print(
             f"  {run.run_id}  {run.started[:19]}  {run.mode:<5}  {run.stop_reason:<12}  "
             f"{plural(run.steps, 'step'):<8}  {run.tokens:>7} tokens  {seconds:>8}  {task}"
         )
+    if listing.skipped_files or listing.skipped_records:
+        _note(f"runs: {_skipped(listing)}")
     return 0
+
+
+def _skipped(listing: runs.Listing) -> str:
+    """E.g. "2 unreadable traces and 1 unreadable record skipped (x.jsonl, y.jsonl)"."""
+    files = listing.skipped_files
+    counts = [plural(len(files), "unreadable trace")] if files else []
+    counts += [plural(listing.skipped_records, "unreadable record")] if listing.skipped_records else []
+    names = ", ".join(files[:RUNS_NAMED]) + (", ..." if len(files) > RUNS_NAMED else "")
+    return f"{' and '.join(counts)} skipped" + (f" ({names})" if names else "")
+
+
+def _note(message: str) -> None:
+    print(f"meta-agent: {message}", file=sys.stderr)
 
 
 # -- trust ---------------------------------------------------------------------------------------------------------

@@ -13,22 +13,21 @@ from typing import Any
 
 import anyio
 import structlog
-from ulid import ULID
 
 from meta_agent import trustfile
 from meta_agent.calls import Approver, ArgumentCheck
-from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, Questions
+from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, ChildStatus, Questions
 from meta_agent.config import ServerEntry, Settings
-from meta_agent.conversations import Conversations
+from meta_agent.conversations import Conversations, Turn
 from meta_agent.conversations import default_path as default_conversations_path
-from meta_agent.errors import ConfigError, PatternError
+from meta_agent.errors import ConfigError, ConversationLost, PatternError
 from meta_agent.events import Event, Mode, RunResult
 from meta_agent.image_gen import INTERNAL_TOOLS, image_gen_tool
 from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.loop import Emit, RunRequest, run
 from meta_agent.providers import Provider, make_provider, resolve_provider
 from meta_agent.telemetry import Spans
-from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec
+from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec, may_name_server
 from meta_agent.tracing import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.trustfile import Recorded
 
@@ -47,11 +46,12 @@ class Engine:
         trust_file: Path | None = None,
         provider: Provider | None = None,
     ) -> None:
-        """`trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes. `provider`,
+        """`trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes, and while it
+        cannot be read, recorded levels stop applying (`trust_problem` says why; the toolbox shows it). `provider`,
         where given, is the model of every run instead of the one the settings name (benchmarks, embedding).
 
         Raises:
-            ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool, or the trust file is not readable.
+            ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
         """
         self.settings = settings
         self.environ = environ
@@ -70,9 +70,10 @@ class Engine:
         self.conversations = Conversations(settings.conversations_db or default_conversations_path(environ))
         self._redact = Redactor.of({**environ, "META_AGENT_HTTP_TOKEN": settings.http_token or ""}, servers)
         self._trust_file = trust_file
-        self._trust_stamp: int | None = None
+        self._trust_stamp: tuple[int, ...] | None = None
         self._recorded: dict[str, Recorded] = {}
-        self._read_trust_file(strict=True)
+        self.trust_problem: str | None = None  # why the trust file cannot be read, while it cannot
+        self._read_trust_file(starting=True)
 
     async def __aenter__(self) -> Engine:
         removed = prune_traces(self.trace_dir, self.settings.trace_max_age_days)
@@ -91,26 +92,26 @@ class Engine:
 
     def toolbox(self) -> Toolbox:
         """The current toolbox; rebuilt after a child starts, dies or restarts, or the trust file changes."""
-        self._read_trust_file(strict=False)
+        self._read_trust_file()
         if self._toolbox is None:
-            self._toolbox = Toolbox.build(self.internal, self.pool, self._recorded)
+            self._toolbox = Toolbox.build(self.internal, self.pool, self._recorded, trust_problem=self.trust_problem)
         return self._toolbox
 
-    def _read_trust_file(self, *, strict: bool) -> None:
+    def _read_trust_file(self, *, starting: bool = False) -> None:
+        """Read the trust file again if it changed. One that cannot be read fails closed (design.md §4): the levels
+        last read may still lower a tool's trust, never raise it, until it is fixed."""
         if self._trust_file is None:
             return
-        try:
-            stamp: int | None = self._trust_file.stat().st_mtime_ns
-        except OSError:
-            stamp = None
+        stamp = _stamp(self._trust_file)
         if stamp == self._trust_stamp:
             return
         try:
             self._recorded = trustfile.load(self._trust_file)
-        except ConfigError:
-            if strict:
-                raise
-            log.warning("trust_file_unreadable", path=str(self._trust_file), keeping=len(self._recorded))
+            self.trust_problem = None
+        except ConfigError as exc:
+            self.trust_problem = f"{exc}; recorded trust levels do not apply until it is fixed"
+            if not starting:  # at the start the owner says it (the command line refuses to serve with it)
+                log.warning("trust_file_unreadable", path=str(self._trust_file), error=str(exc))
         self._trust_stamp = stamp
         self._toolbox = None
 
@@ -121,6 +122,9 @@ class Engine:
             "servers": [_status_json(child) for child in self.pool],
             "tools": [_tool_json(spec) for spec in toolbox.tools],
             "problems": list(toolbox.problems),
+            "trust_file": None
+            if self._trust_file is None
+            else {"path": str(self._trust_file), "problem": self.trust_problem},
         }
 
     def internal_tool(self, name: str) -> InternalTool | None:
@@ -142,15 +146,46 @@ class Engine:
     ) -> RunResult:
         """One run of the loop with a caller's arguments.
 
+        Turns of one conversation run one at a time: this waits while another turn of `conversation_id` runs.
+
         Raises:
-            ConfigError: a bad argument (max_steps over the ceiling, a token budget below 1).
+            ConfigError: a bad argument (max_steps over the ceiling, a token budget below 1), an unknown conversation
+                or one whose stored record cannot be read.
             PatternError: a `tools` pattern that is malformed or matches no tool.
             ProviderError: no model is configured, or the provider failed.
         """
         limits = self._limits(mode, max_steps, token_budget)
-        history = await self.conversations.load(conversation_id) if conversation_id else ()
+        async with self.conversations.turn(conversation_id) as turn:
+            return await self._run_turn(
+                turn,
+                task,
+                limits,
+                mode=mode,
+                patterns=patterns,
+                emit=emit,
+                approver=approver,
+                sampling=sampling,
+                questions=questions,
+            )
+
+    async def _run_turn(
+        self,
+        turn: Turn,
+        task: str,
+        limits: Limits,
+        *,
+        mode: Mode,
+        patterns: list[str] | None,
+        emit: Emit | None,
+        approver: Approver | None,
+        sampling: Provider | None,
+        questions: Questions | None,
+    ) -> RunResult:
+        """`run`, within its turn of the conversation (`turn.history`: the transcript so far)."""
+        history = turn.history
         provider = await self._model(sampling)
-        await self.pool.wait_settled()  # a child still starting would otherwise be missing from the tools
+        # Only the children this run can use: a child still starting would be missing from its tools.
+        await self.pool.wait_settled(self._children_needed(patterns, mode))
         request = RunRequest(
             task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history
         )
@@ -169,8 +204,9 @@ class Engine:
                     request, provider=provider, tools=caller, approver=approver, emit=fan_out, checks=self._checks
                 )
             finally:
-                trace.close()
-            result = await self._remember(result, conversation_id or str(ULID()))
+                with anyio.CancelScope(shield=True):  # the trace is whole on disk before the result is returned
+                    await trace.aclose()
+            result = await self._remember(result, turn)
             usage = result.usage
             log.info(
                 "run_finished",
@@ -181,15 +217,15 @@ class Engine:
             )
         return result
 
-    async def _remember(self, result: RunResult, conversation: str) -> RunResult:
-        """The result with the conversation it continues; a store that cannot be written costs the conversation id
-        (a warning), never the answer."""
+    async def _remember(self, result: RunResult, turn: Turn) -> RunResult:
+        """The result with the conversation it continues; a store that cannot be written (or a hold lost to another
+        process) costs the conversation id (a warning), never the answer."""
         try:
-            trimmed = await self.conversations.save(conversation, result.transcript)
-        except (sqlite3.Error, OSError) as exc:
+            trimmed = await self.conversations.save(turn, result.transcript)
+        except (sqlite3.Error, OSError, ValueError, RecursionError, ConversationLost) as exc:
             log.warning("conversation_not_saved", path=str(self.conversations.path), error=str(exc))
             return result
-        return dataclasses.replace(result, conversation_id=conversation, conversation_trimmed=trimmed)
+        return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
 
     def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:
         """The tools of `mode` that `patterns` pick.
@@ -199,10 +235,35 @@ class Engine:
         """
         toolbox = self.toolbox()
         chosen = toolbox.select(patterns, mode=mode)
+        # ask waits for no child, so its patterns are checked against the tools it can see, whatever has started.
+        candidates = toolbox.select(None, mode="ask") if mode == "ask" else toolbox.tools
         for pattern in patterns or ():
-            if not any(fnmatch.fnmatchcase(spec.name, pattern) for spec in toolbox.tools):
-                raise PatternError(f"tools: pattern {pattern!r} matches no tool{self._why_missing(pattern)}")
+            if not any(fnmatch.fnmatchcase(spec.name, pattern) for spec in candidates):
+                raise PatternError(f"tools: pattern {pattern!r} matches no tool{self._why_missing(pattern, mode)}")
+            if mode == "plan" and not any(fnmatch.fnmatchcase(spec.name, pattern) for spec in chosen):
+                withheld = [spec.name for spec in candidates if fnmatch.fnmatchcase(spec.name, pattern)]
+                raise PatternError(
+                    f"tools: pattern {pattern!r} matches only tools plan mode withholds, as they may change things "
+                    f"({', '.join(withheld[:6])}{', ...' if len(withheld) > 6 else ''}); plan uses read-only tools"
+                )
         return chosen
+
+    def _children_needed(self, patterns: list[str] | None, mode: Mode) -> list[str]:
+        """The enabled children whose tools a run may use: none in ask mode (internal tools only), else each child
+        that one of `patterns` can name (every one without patterns).
+
+        Raises:
+            PatternError: a malformed pattern (said before waiting for anything).
+        """
+        self.toolbox().select(patterns, mode=mode)  # checks each pattern
+        if mode == "ask":
+            return []
+        return [
+            child.name
+            for child in self.pool
+            if not child.entry.disabled
+            and (patterns is None or any(may_name_server(pattern, child.name) for pattern in patterns))
+        ]
 
     async def _model(self, sampling: Provider | None) -> Provider:
         """The host's model where it is asked for (META_AGENT_MODEL=sampling) or nothing else is set; else the
@@ -234,18 +295,36 @@ class Engine:
             time_limit=self.settings.time_limit,
         )
 
-    def _why_missing(self, pattern: str) -> str:
-        server = pattern.split(".", 1)[0]
-        child: ChildServer | None = self.pool.children.get(server)
-        if child is not None and child.status.state != "ready":
-            status = child.status
-            return f" (server {server!r} is {status.state}{': ' + status.error if status.error else ''})"
+    def _why_missing(self, pattern: str, mode: Mode) -> str:
+        if mode == "ask":
+            internal = ", ".join(spec.name for spec in self.toolbox().select(None, mode="ask")) or "none is enabled"
+            return f" of ask mode, which uses internal tools only ({internal})"
+        down = [child.status for child in self.pool if child.status.state != "ready"]
+        down = [status for status in down if may_name_server(pattern, status.name)]
+        if down:
+            return f" ({'; '.join(_not_ready(status) for status in down)})"
         names = ", ".join(spec.name for spec in self.toolbox().tools[:12])
         more = "" if len(self.toolbox().tools) <= 12 else ", ..."
         return f" (the tools are: {names}{more})" if names else " (there are no tools)"
 
     def _child_changed(self, _child: ChildServer) -> None:
         self._toolbox = None
+
+
+def _stamp(path: Path) -> tuple[int, ...] | None:
+    """What changes when the file is written or replaced (None: there is none). The size and inode too, as two
+    writes within one tick of the file system's clock leave the modification time alone."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def _not_ready(status: ChildStatus) -> str:
+    if status.state == "starting":
+        return f"server {status.name!r} is still starting"
+    return f"server {status.name!r} is {status.state}{': ' + status.error if status.error else ''}"
 
 
 def _tool_json(spec: ToolSpec) -> dict[str, Any]:

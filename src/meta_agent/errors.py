@@ -12,6 +12,7 @@
     │   ├── ProviderBadRequest the provider refused the request as malformed or too large
     │   └── ScriptError        the scripted test provider got a call its script did not expect
     ├── ImageGenError         image_gen cannot run: a bad argument, no image backend, or an unusable answer
+    ├── ConversationLost      a turn's hold on its conversation lapsed and another process took it; not saved
     └── ChildError            a call to a child server's tool could not be completed
         ├── ChildUnavailable  the child is starting, restarting or has failed; nothing was sent
         ├── ChildDied         the child's connection closed while the call was in flight
@@ -72,6 +73,10 @@ class ProviderBadRequest(ProviderError):
 
 class ScriptError(ProviderError):
     """The scripted provider was called when its script did not expect it."""
+
+
+class ConversationLost(MetaAgentError):
+    """A turn could not save its conversation: its hold had lapsed and another process took the conversation over."""
 
 
 class ImageGenError(MetaAgentError):

@@ -216,8 +216,11 @@ class RunFinished:
 
 @dataclass(frozen=True, kw_only=True)
 class RunFailed:
+    """The run ended with stop reason `error`: `error` says why in one line; `result` is what the run had done."""
+
     run_id: str
     error: str
+    result: RunResult | None = None
     kind: Literal["run_failed"] = "run_failed"
 
 

@@ -19,8 +19,8 @@ from ulid import ULID
 
 from meta_agent import calls
 from meta_agent import events as ev
-from meta_agent.calls import Approver
-from meta_agent.errors import ChildTimeout, LimitExceeded, MetaAgentError, ProviderError
+from meta_agent.calls import Approver, bounded
+from meta_agent.errors import ChildTimeout, LimitExceeded, MetaAgentError
 from meta_agent.events import Mode, RunResult, RunUsage, StepRecord, StopReason, ToolCallRecord
 from meta_agent.limits import Limits
 from meta_agent.messages import (
@@ -59,6 +59,7 @@ SYSTEM_PROMPTS: dict[Mode, str] = {
     ),
     "ask": "You are meta-agent. Answer the user directly. You may call one of the tools you are given if it helps.",
 }
+ASK_RUNS_ONE = "not run: ask runs one tool call, the first one asked for"
 FINAL_TURN = (
     "Stop here: {why}. Do not call any tool. Give your best final answer from what you have gathered so far, and "
     "say briefly what is left undone."
@@ -121,7 +122,7 @@ async def run(
     """Run one task to an answer.
 
     Raises:
-        ProviderError: the model provider failed (after a `RunFailed` event).
+        ProviderError: the model provider failed (after a `RunFailed` event whose result has stop reason `error`).
         Cancellation: re-raised after a `RunFinished` event with stop reason `cancelled`.
     """
     return await _Run(request, provider, tools, emit, approver, heartbeat_interval, checks).go()
@@ -193,11 +194,19 @@ class _Run:
             with anyio.CancelScope(shield=True):
                 await self.emit(ev.RunFinished(result=self._result("", "cancelled")))
             raise
-        except ProviderError as exc:
-            await self.emit(ev.RunFailed(run_id=request.run_id, error=str(exc)))
+        except Exception as exc:
+            await self._failed(exc)
             raise
         await self.emit(ev.RunFinished(result=result))
         return result
+
+    async def _failed(self, exc: Exception) -> None:
+        """The run ends with stop reason `error`, its last event saying why: our one-line error (the provider's), or
+        a bug of ours (its type and first line; the caller logs the traceback)."""
+        lines = str(exc).strip().splitlines()
+        error = str(exc) if isinstance(exc, MetaAgentError) else f"{type(exc).__name__}: {lines[0] if lines else ''}"
+        result = self._result(f"(no answer: {error})", "error")
+        await self.emit(ev.RunFailed(run_id=self.request.run_id, error=error, result=result))
 
     async def _steps_with_pulse(self) -> RunResult:
         failure: Exception | None = None
@@ -225,8 +234,11 @@ class _Run:
                 case Answer(text=text):
                     return self._result(text, "final")
                 case CallTools(text=text, calls=calls) if self.request.mode == "ask":
-                    # ask: at most one tool run, and its result is the answer; no second model turn.
+                    # ask: at most one tool run, and its result is the answer; no second model turn. The calls not
+                    # run are answered too, so the transcript stays one that providers accept when it is continued.
                     results = await self._run_tools(calls[:1])
+                    unrun = tuple(self._refused(call, ASK_RUNS_ONE, "limit")[0] for call in calls[1:])
+                    self.transcript[-1] = ToolMessage(results=(*results, *unrun))
                     return self._result("\n\n".join(filter(None, (text, results[0].text))), "final")
                 case CallTools(calls=calls):
                     await self._run_tools(calls)
@@ -257,7 +269,7 @@ class _Run:
         deadline = float("inf") if final else self._deadline()
         await self.emit(ev.ModelRequested(step=step, request=model_request))
         with anyio.move_on_at(deadline):
-            response = await self._beating(step, "model", self.provider.complete(model_request))
+            response = bounded(await self._beating(step, "model", self.provider.complete(model_request)))
             self.model_calls += 1
             self.usage += response.usage
             for part in response.thinking:

@@ -36,6 +36,23 @@ class ThinkingPart:
 
 Part = TextPart | ImagePart
 
+# Tool arguments nest objects and lists this deep at most: no tool's schema needs more, and pydantic's JSON (the MCP
+# SDK's wire, our structured result, most child servers) gives up at about 250 levels, Python's own near 1000.
+MAX_ARGUMENT_DEPTH = 64
+TOO_DEEP = f"nested more than {MAX_ARGUMENT_DEPTH} levels deep"
+
+
+def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Whether `value` nests objects and lists more than `limit` levels (`{}` is one). Level by level, not
+    recursive: a value of any depth is looked at safely."""
+    level = [value]
+    for _ in range(limit + 1):
+        level = [item for item in level if isinstance(item, (Mapping, list, tuple))]  # the objects and lists
+        if not level:
+            return False
+        level = [child for item in level for child in (item.values() if isinstance(item, Mapping) else item)]
+    return True
+
 
 @dataclass(frozen=True, kw_only=True)
 class ToolCall:

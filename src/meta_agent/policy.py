@@ -17,6 +17,7 @@ from meta_agent.events import Mode
 Decision = Literal["run", "ask", "deny"]
 
 _WILDCARDS = frozenset("*?[]!")
+_STRICTNESS: dict[TrustLevel, int] = {"never": 0, "ask": 1, "always": 2}
 
 
 def visible(mode: Mode, *, internal: bool, read_only: bool) -> bool:
@@ -44,6 +45,11 @@ def trust_level(tool: str, *, read_only: bool, trust: Mapping[str, TrustLevel]) 
         return default_trust(read_only=read_only)
     best = max(matching, key=_specificity)  # max keeps the first of equals
     return trust[best], f"trust {best!r}"
+
+
+def stricter(first: TrustLevel, second: TrustLevel) -> TrustLevel:
+    """The level that lets less run: `never` before `ask` before `always`."""
+    return first if _STRICTNESS[first] <= _STRICTNESS[second] else second
 
 
 def _specificity(pattern: str) -> tuple[bool, int]:

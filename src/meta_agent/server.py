@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,9 +20,11 @@ import mcp.types as t
 import structlog
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
@@ -30,11 +33,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from meta_agent import __version__
 from meta_agent import events as ev
 from meta_agent.approvals import ForwardedQuestions, LiveApprover, ParkedRuns, SessionAllowances, can_elicit, is_modern
+from meta_agent.caller import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.calls import Approver
+from meta_agent.children import START_TIMEOUT
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine
-from meta_agent.errors import MetaAgentError
+from meta_agent.errors import ConfigError, MetaAgentError
 from meta_agent.events import Mode, RunResult
+from meta_agent.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
 from meta_agent.progress import Progress
 from meta_agent.providers import Provider
 from meta_agent.providers.sampling import SamplingProvider
@@ -101,6 +107,26 @@ class Front:
     allowances: SessionAllowances
 
 
+class MetaAgentServer(MCPServer):
+    """The SDK's MCPServer, with argument errors of one line naming the argument (unknown arguments included), and
+    each call cancelled when its HTTP caller goes away, on either era (meta_agent.caller)."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> t.CallToolResult | t.InputRequiredResult:
+        tool = next((tool for tool in await self.list_tools() if tool.name == name), None)
+        if tool is not None and (unknown := unknown_argument(name, arguments, tool.input_schema)):
+            raise ToolError(unknown)
+        try:
+            result = await unless_caller_leaves(context, partial(super().call_tool, name, arguments, context))
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(argument_error(name, exc.__cause__)) from exc.__cause__
+            raise
+        # Nobody reads this one: the SDK drops an answer to a closed stream.
+        return result if result is not None else _tool_error("the caller went away; the call was cancelled")
+
+
 def build_server(
     settings: Settings,
     servers: Mapping[str, ServerEntry],
@@ -108,17 +134,22 @@ def build_server(
     *,
     trust_file: Path | None = None,
     provider: Provider | None = None,
+    start_timeout: float = START_TIMEOUT,
 ) -> MCPServer:
     """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them).
+    A child that has not answered within `start_timeout` seconds has failed to start (and is retried). A `trust_file`
+    that cannot be read fails closed: its levels do not apply, and the toolbox resource says why.
 
     Raises:
-        ConfigError: the trust file is not readable (checked when the lifespan starts).
+        ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool (when the lifespan starts).
     """
     holder: dict[str, Engine] = {}
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[Front]:
-        engine = Engine(settings, servers, environ, trust_file=trust_file, provider=provider)
+        engine = Engine(
+            settings, servers, environ, trust_file=trust_file, provider=provider, start_timeout=start_timeout
+        )
         async with engine, anyio.create_task_group() as parked_runs:
             holder["engine"] = engine
             try:
@@ -127,7 +158,7 @@ def build_server(
                 holder.pop("engine", None)
                 parked_runs.cancel_scope.cancel()
 
-    server = MCPServer("meta-agent", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    server = MetaAgentServer("meta-agent", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
     server.engine_holder = holder  # type: ignore[attr-defined]  # read by the HTTP health route
 
     async def start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAnswer:
@@ -137,15 +168,30 @@ def build_server(
         questions = None if is_modern(ctx) else ForwardedQuestions(ctx)
 
         async def work(emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None) -> t.CallToolResult:
+            failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
+
+            async def watched(event: ev.Event) -> None:
+                if isinstance(event, ev.RunFailed) and event.result is not None:
+                    failed.append(event.result)
+                await emit(event)
+
             try:
                 result = await front.engine.run(
-                    task, mode=mode, emit=emit, approver=approver, sampling=sampling, questions=questions, **arguments
+                    task,
+                    mode=mode,
+                    emit=watched,
+                    approver=approver,
+                    sampling=sampling,
+                    questions=questions,
+                    **arguments,
                 )
             except MetaAgentError as exc:
-                return _tool_error(str(exc))
+                return _run_failed(str(exc), failed)
             except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
                 log.exception("run_crashed", mode=mode)
-                return _tool_error(f"meta-agent failed: {type(exc).__name__}: {exc} (the server log has details)")
+                first = (str(exc).strip().splitlines() or [""])[0]
+                message = f"meta-agent failed: {type(exc).__name__}: {first} (the server log has details)"
+                return _run_failed(message, failed)
             return _run_result(result)
 
         if can_elicit(ctx) and is_modern(ctx):
@@ -266,27 +312,50 @@ def _tool_error(message: str) -> t.CallToolResult:
     return t.CallToolResult(content=[t.TextContent(type="text", text=message)], is_error=True)
 
 
+def _run_failed(message: str, failed: list[RunResult]) -> t.CallToolResult:
+    """A one-line tool error; where a run had started, it names the run (its trace) and carries its structured result
+    with stop reason `error` (neither era checks an error's structured result against the output schema)."""
+    if not failed:
+        return _tool_error(message)
+    result = failed[-1]
+    return t.CallToolResult(
+        content=[t.TextContent(type="text", text=f"{message} (run_id {result.run_id})")],
+        structured_content=result.to_json(),
+        is_error=True,
+    )
+
+
 # -- HTTP ----------------------------------------------------------------------------------------------------------
 
 
 def http_app(
     server: MCPServer, *, host: str, token: str | None = None, allowed_hosts: tuple[str, ...] = ()
 ) -> Starlette:
-    """Streamable HTTP at /mcp with DNS-rebinding protection, an optional bearer token, and /health."""
-    hosts = {"127.0.0.1", "localhost", "[::1]", host, *allowed_hosts}
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[f"{h}:*" for h in hosts] + list(hosts),
-        allowed_origins=[f"{scheme}://{h}{port}" for h in hosts for scheme in ("http", "https") for port in ("", ":*")],
-    )
+    """Streamable HTTP at /mcp with DNS-rebinding protection (every route), an optional bearer token, and /health
+    (with a token set, only a caller that gives it sees more than whether the server is up).
+
+    Raises:
+        ConfigError: `host` or an allowed host is not a host[:port].
+    """
+    allowed: set[Authority] = set()
+    for option, value in [("--host", host), *(("--allowed-host", h) for h in allowed_hosts)]:
+        try:
+            allowed.add(allowed_authority(value))
+        except ValueError as exc:
+            raise ConfigError(f"{option}: {exc}") from None
+    allowed.update(Authority(name) for name in LOOPBACK)
+    # The SDK's own Host/Origin check matches "host:*" by prefix; HostGuard checks exactly instead.
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     mcp_app: ASGIApp = server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
     if token:
         mcp_app = _BearerToken(mcp_app, token)
 
-    async def health(_request: Request) -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         engine = server.engine_holder.get("engine")  # type: ignore[attr-defined]
         if engine is None:
             return JSONResponse({"status": "starting"}, status_code=503)
+        if token and not _bearer_matches(dict(request.scope["headers"]).get(b"authorization", b""), token):
+            return JSONResponse({"status": "ok"})  # up or not is all a load balancer needs; the rest is for callers
         children = {child.name: child.status.state for child in engine.pool}
         return JSONResponse({"status": "ok", "version": __version__, "children": children})
 
@@ -295,7 +364,11 @@ def http_app(
         async with server.session_manager.run():  # enters the server's own lifespan: the children start here
             yield
 
-    return Starlette(routes=[Route("/health", health), Mount("/", app=mcp_app)], lifespan=lifespan)
+    return Starlette(
+        routes=[Route("/health", health), Mount("/", app=mcp_app)],
+        middleware=[Middleware(HostGuard, allowed=frozenset(allowed))],
+        lifespan=lifespan,
+    )
 
 
 class _BearerToken:
@@ -303,18 +376,23 @@ class _BearerToken:
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self._app = app
-        self._expected = token.encode()
+        self._expected = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
-            # The scheme is case-insensitive (RFC 6750); the token is compared in constant time.
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._expected):
-                response = JSONResponse(
-                    {"error": "missing or wrong bearer token (META_AGENT_HTTP_TOKEN)"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-                await response(scope, receive, send)
-                return
+        given = dict(scope["headers"]).get(b"authorization", b"") if scope["type"] == "http" else None
+        if given is not None and not _bearer_matches(given, self._expected):
+            response = JSONResponse(
+                {"error": "missing or wrong bearer token (META_AGENT_HTTP_TOKEN)"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
         await self._app(scope, receive, send)
+
+
+def _bearer_matches(authorization: bytes, token: str) -> bool:
+    """Whether an Authorization header is `Bearer <token>`: the scheme in any case (RFC 6750), the token compared
+    in constant time."""
+    scheme, _, given = authorization.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token.encode())

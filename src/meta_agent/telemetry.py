@@ -32,6 +32,8 @@ class Spans:
                 self._run = self._tracer.start_span("meta_agent.run", attributes=attributes)
             case ev.ModelTurnStarted(step=step, final=final):
                 self._model = self._child("meta_agent.model", {"meta_agent.step": step, "meta_agent.final": final})
+            case ev.LimitReached(limit=limit):  # a model turn the deadline cut has no response: its span ends here
+                self._end_model(f"cut: {limit}")
             case ev.ModelResponded(input_tokens=tokens_in, output_tokens=tokens_out):
                 if self._model is not None:
                     self._model.set_attribute("gen_ai.usage.input_tokens", tokens_in)
@@ -58,12 +60,19 @@ class Spans:
         context = trace.set_span_in_context(self._run) if self._run is not None else None
         return self._tracer.start_span(name, context=context, attributes=attributes)
 
+    def _end_model(self, why: str) -> None:
+        """End the model span that no response ended, as an error saying `why`."""
+        if self._model is not None:
+            self._model.set_status(Status(StatusCode.ERROR, why))
+            self._model.end()
+            self._model = None
+
     def _end(self, stop_reason: str, error: str | None) -> None:
-        for span in [*self._tools.values(), *([self._model] if self._model else [])]:
+        for span in self._tools.values():
             span.set_status(Status(StatusCode.ERROR, f"run ended: {stop_reason}"))
             span.end()
         self._tools.clear()
-        self._model = None
+        self._end_model(f"run ended: {stop_reason}")
         if self._run is not None:
             self._run.set_attribute("meta_agent.stop_reason", stop_reason)
             if error is not None:

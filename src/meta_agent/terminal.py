@@ -66,7 +66,7 @@ def _print_tools(specs: list[ToolSpec], out: TextIO) -> None:
 
 class LiveView:
     """The event sink of `meta-agent run`: one line per event on `out`; on a terminal, heartbeats overwrite
-    each other in place instead of piling up. Keeps the last result it saw (also a cancelled run's)."""
+    each other in place instead of piling up. Keeps the last result it saw (also a cancelled or failed run's)."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
@@ -76,7 +76,7 @@ class LiveView:
         self.result: ev.RunResult | None = None
 
     async def __call__(self, event: ev.Event) -> None:
-        if isinstance(event, ev.RunFinished):
+        if isinstance(event, ev.RunFinished | ev.RunFailed) and event.result is not None:
             self.result = event.result
         line = describe(event)
         if line is None:

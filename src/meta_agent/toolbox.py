@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mcp.types as t
@@ -22,7 +22,7 @@ from meta_agent.children import ChildServer, ProgressFn, Questions
 from meta_agent.config import TrustLevel, check_glob
 from meta_agent.errors import PatternError
 from meta_agent.messages import ImagePart, Part, TextPart
-from meta_agent.policy import Mode, trust_level, visible
+from meta_agent.policy import Mode, stricter, trust_level, visible
 from meta_agent.trustfile import Recorded, definition_hash
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -137,6 +137,15 @@ def alias_for(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class Levels:
+    """The levels recorded with `meta-agent trust`, by tool name; `stale`: the trust file cannot be read now, and
+    these are what it said when it last could."""
+
+    by_name: Mapping[str, Recorded]
+    stale: bool = False
+
+
+@dataclass(frozen=True)
 class Toolbox:
     """An immutable snapshot of every enabled tool; build a new one when a child changes."""
 
@@ -151,13 +160,20 @@ class Toolbox:
         internal: Sequence[InternalTool],
         children: Iterable[ChildServer],
         recorded: Mapping[str, Recorded] | None = None,
+        *,
+        trust_problem: str | None = None,
     ) -> Toolbox:
-        """The toolbox of `internal` tools and the ready children's tools; `recorded` are levels from the trust file."""
-        recorded = recorded or {}
-        specs = [_internal_spec(tool, recorded) for tool in internal]
+        """The toolbox of `internal` tools and the ready children's tools; `recorded` are levels from the trust file.
+        With a `trust_problem` (the file cannot be read now), `recorded` are the levels last read: they may lower a
+        tool's trust, never raise it, and the problem heads the toolbox's problems."""
+        levels = Levels(recorded or {}, stale=trust_problem is not None)
+        specs = [_internal_spec(tool, levels) for tool in internal]
         for child in children:
-            specs.extend(_child_spec(child.name, tool, child.entry.trust, recorded) for tool in child.tools)
-        return cls.of(specs)
+            specs.extend(_child_spec(child.name, tool, child.entry.trust, levels) for tool in child.tools)
+        toolbox = cls.of(specs)
+        if trust_problem is None:
+            return toolbox
+        return replace(toolbox, problems=(trust_problem, *toolbox.problems))
 
     @classmethod
     def of(cls, specs: Iterable[ToolSpec]) -> Toolbox:
@@ -197,6 +213,50 @@ class Toolbox:
         ]
 
 
+def may_name_server(pattern: str, server: str) -> bool:
+    """Whether `pattern` can match some tool of `server` (a name `server.<tool>`), whatever tools it turns out to have.
+
+    The glob is run as a small automaton over the prefix `server.`: if any way through it is still open at the end,
+    some tool name completes the match.
+    """
+    tokens = _glob_tokens(pattern)
+    states = _past_stars({0}, tokens)
+    for char in f"{server}.":
+        moved = {i if tokens[i] == "*" else i + 1 for i in states if i < len(tokens) and _takes(tokens[i], char)}
+        states = _past_stars(moved, tokens)
+    return any(i < len(tokens) for i in states)  # a tool's own name is never empty
+
+
+def _glob_tokens(pattern: str) -> list[str]:
+    """`pattern` as fnmatch reads it: `*`, `?`, a `[...]` class, or one literal character each."""
+    tokens: list[str] = []
+    i = 0
+    while i < len(pattern):
+        end = i + 1
+        if pattern[i] == "[":
+            j = i + 1 + (pattern[i + 1 : i + 2] == "!")
+            j += pattern[j : j + 1] == "]"
+            close = pattern.find("]", j)
+            end = close + 1 if close != -1 else end
+        tokens.append(pattern[i:end])
+        i = end
+    return tokens
+
+
+def _takes(token: str, char: str) -> bool:
+    return token == "*" or fnmatch.fnmatchcase(char, token)
+
+
+def _past_stars(states: set[int], tokens: list[str]) -> set[int]:
+    """`states` and every state reached from them by letting a `*` match nothing."""
+    reached = set(states)
+    for i in sorted(states):
+        while i < len(tokens) and tokens[i] == "*":
+            i += 1
+            reached.add(i)
+    return reached
+
+
 def definition_of(spec: ToolSpec) -> str:
     """The hash `meta-agent trust` binds a recorded level to."""
     return definition_hash(spec.description, spec.input_schema, spec.hints.as_annotations())
@@ -210,15 +270,23 @@ def _level(
     hints: ToolHints,
     *,
     trust: Mapping[str, TrustLevel],
-    recorded: Mapping[str, Recorded],
+    recorded: Levels,
 ) -> tuple[TrustLevel, str]:
     """A level recorded by `meta-agent trust` for this very definition, else the server's `trust`, else default."""
-    entry = recorded.get(name)
-    if entry is not None and entry.definition == definition_hash(description, input_schema, hints.as_annotations()):
+    entry = recorded.by_name.get(name)
+    if (
+        entry is not None
+        and not recorded.stale
+        and entry.definition == definition_hash(description, input_schema, hints.as_annotations())
+    ):
         return entry.level, f"meta-agent trust, {entry.recorded}"
     level, source = trust_level(tool, read_only=hints.read_only, trust=trust)
     if entry is None:
         return level, source
+    if recorded.stale:  # fail closed: while the trust file cannot be read, what it said may only restrict
+        if stricter(entry.level, level) != level:
+            return entry.level, f"meta-agent trust {entry.level!r} as last read; the trust file cannot be read now"
+        return level, f"{source}; the {entry.level!r} recorded for it does not apply: the trust file cannot be read"
     # The tool changed since its level was recorded: it gains nothing from that, nor from its new annotations.
     if entry.level == "never":
         return "never", "meta-agent trust 'never', kept though the tool changed since"
@@ -226,7 +294,7 @@ def _level(
     return capped, f"{source}, at most ask: the {entry.level!r} recorded for it was dropped as the tool changed since"
 
 
-def _internal_spec(tool: InternalTool, recorded: Mapping[str, Recorded]) -> ToolSpec:
+def _internal_spec(tool: InternalTool, recorded: Levels) -> ToolSpec:
     level, source = _level(
         tool.name, tool.name, tool.description, tool.input_schema, tool.hints, trust={}, recorded=recorded
     )
@@ -245,7 +313,7 @@ def _internal_spec(tool: InternalTool, recorded: Mapping[str, Recorded]) -> Tool
 
 
 def _child_spec(
-    server: str, tool: t.Tool, trust: Mapping[str, TrustLevel], recorded: Mapping[str, Recorded]
+    server: str, tool: t.Tool, trust: Mapping[str, TrustLevel], recorded: Levels
 ) -> ToolSpec:
     notes = tool.annotations
     hints = ToolHints(

@@ -54,8 +54,9 @@ def load(path: Path) -> dict[str, Recorded]:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read the trust file: {str(exc).splitlines()[0]}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the decoder goes
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"{path}: cannot read the trust file: {reason}") from None
     tools = raw.get("tools") if isinstance(raw, dict) else None
     if not isinstance(tools, dict):
         raise ConfigError(f'{path}: expected {{"tools": {{...}}}}; record levels with `meta-agent trust TOOL LEVEL`')

@@ -9,6 +9,7 @@ sampling         the host's own model through MCP sampling (given by the MCP fro
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, Protocol
@@ -204,13 +205,98 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
     return ProviderError(f"{name}: {type(exc).__name__}: {detail}")
 
 
-# What parsing an answer that is not the vendor's wire format raises: a body that is not JSON (ValueError), or JSON of
-# another shape (the rest), read by the SDK or by our own conversion of its result.
-MALFORMED = (ValueError, TypeError, AttributeError, KeyError, IndexError)
+# What the SDK raises reading a body that is not JSON: not JSON, not UTF-8, or nested deeper than Python's reader goes.
+UNREADABLE = (json.JSONDecodeError, UnicodeDecodeError, RecursionError)
+# Characters of an answer that is text, not JSON, quoted in the error.
+QUOTED = 80
 
 
-def malformed_answer(exc: Exception, *, name: str) -> ProviderError:
-    return ProviderError(f"{name}: the provider's answer was malformed ({type(exc).__name__}: {_first_line(str(exc))})")
+class WrongShape(Exception):
+    """A provider's answer that is not its wire format, found by the adapter's explicit checks; `str()` says what is
+    wrong, naming the field. The adapter raises it as a `ProviderError` naming the provider (`answer_error`)."""
+
+
+def answer_error(name: str, problem: Exception) -> ProviderError:
+    """The one-line error for an answer that could not be read (UNREADABLE) or has the wrong shape (WrongShape)."""
+    if isinstance(problem, WrongShape):
+        return ProviderError(f"{name}: {problem}")
+    if isinstance(problem, RecursionError):
+        return ProviderError(f"{name}: the provider's answer was malformed: nested too deeply to read")
+    return ProviderError(f"{name}: the provider's answer was malformed: not JSON ({_first_line(str(problem))})")
+
+
+def answer_object(answer: object, required: str) -> dict[str, Any]:
+    """The answer, if it is a JSON object with the key `required`.
+
+    Raises:
+        WrongShape: another JSON value, text, or an object without `required` (one that says it is an error, as
+            some proxies send with status 200, is that error).
+    """
+    if isinstance(answer, str):
+        raise malformed(f"expected a JSON object, got text: {_first_line(answer)[:QUOTED]!r}")
+    if not isinstance(answer, dict):
+        raise malformed(f"expected a JSON object, got {_kind(answer)}")
+    if required not in answer:
+        error = _body_message(answer)
+        if error is not None:
+            raise WrongShape(f"the provider answered with an error: {_first_line(error)}")
+        raise malformed(f"no {required!r} (the keys are: {', '.join(sorted(answer))[:QUOTED] or 'none'})")
+    return answer
+
+
+def field(value: Mapping[str, Any], key: str, kinds: type | tuple[type, ...], where: str) -> Any:
+    """`value[key]` if it is of `kinds` (include `type(None)` where null or absence is allowed); `where`: the path
+    of `value` in the answer, for the error.
+
+    Raises:
+        WrongShape: naming the field and what it is instead.
+    """
+    path = f"{where}.{key}" if where else key
+    return checked(value.get(key), kinds, path, missing=key not in value)
+
+
+def checked(value: Any, kinds: type | tuple[type, ...], where: str, *, missing: bool = False) -> Any:
+    """`value` if it is of `kinds` (a JSON true or false is no number).
+
+    Raises:
+        WrongShape: naming `where` and what it is instead.
+    """
+    if isinstance(value, kinds) and not isinstance(value, bool):
+        return value
+    expected = " or ".join(_KINDS[kind] for kind in (kinds if isinstance(kinds, tuple) else (kinds,)))
+    raise malformed(f"{where} is {'missing' if missing else _kind(value)}; expected {expected}")
+
+
+def token_count(usage: Mapping[str, Any], key: str) -> int:
+    """A token count of the answer's usage; absent or null is 0.
+
+    Raises:
+        WrongShape: a count that is not a whole number of at least 0.
+    """
+    count = field(usage, key, (int, type(None)), "usage") or 0
+    if count < 0:
+        raise malformed(f"usage.{key} is {count}; expected a count of at least 0")
+    return count
+
+
+def malformed(problem: str) -> WrongShape:
+    """What is wrong with an answer, said the one way."""
+    return WrongShape(f"the provider's answer was malformed: {problem}")
+
+
+_KINDS: dict[type, str] = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    int: "a whole number",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
+
+
+def _kind(value: object) -> str:
+    return _KINDS.get(type(value), type(value).__name__)
 
 
 def _body_message(body: object) -> str | None:

@@ -22,7 +22,16 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
-from meta_agent.providers import MALFORMED, malformed_answer, provider_error
+from meta_agent.providers import (
+    UNREADABLE,
+    WrongShape,
+    answer_error,
+    answer_object,
+    checked,
+    field,
+    provider_error,
+    token_count,
+)
 
 # Messages needs max_tokens; this is enough for an answer or a round of tool calls.
 DEFAULT_MAX_TOKENS = 8192
@@ -63,14 +72,19 @@ class AnthropicProvider:
             ]
             arguments["tool_choice"] = {"type": request.tool_choice}
         try:
-            message = await self._client.messages.create(**arguments)
-            return _response(message)
+            # The answer as plain JSON, checked field by field in `_response`.
+            raw = await self._client.messages.with_raw_response.create(**arguments)
+            answer = await raw.parse(to=object)
         except anthropic.AnthropicError as exc:
             raise provider_error(
                 exc, anthropic, name=self._name, key_variable="ANTHROPIC_API_KEY", base_url=str(self._client.base_url)
             ) from None
-        except MALFORMED as exc:
-            raise malformed_answer(exc, name=self._name) from None
+        except UNREADABLE as exc:
+            raise answer_error(self._name, exc) from None
+        try:
+            return _response(answer)
+        except WrongShape as exc:
+            raise answer_error(self._name, exc) from None
 
 
 def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -130,26 +144,46 @@ def _thinking(part: ThinkingPart) -> dict[str, Any]:
     return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
 
 
-def _response(message: Any) -> ModelResponse:
+def _response(answer: object) -> ModelResponse:
+    """A message, checked: `content` is a list of blocks; block types we do not use (server tools, citations)
+    are skipped, the ones we use must carry their fields. Anything else is `WrongShape`."""
+    message = answer_object(answer, "content")
     texts: list[str] = []
     calls: list[ToolCall] = []
     thinking: list[ThinkingPart] = []
-    for block in message.content:
-        if block.type == "text":
-            texts.append(block.text)
-        elif block.type == "tool_use":
-            arguments = block.input if isinstance(block.input, dict) else {}
-            invalid = None if isinstance(block.input, dict) else "not a JSON object"
-            calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments, invalid_arguments=invalid))
-        elif block.type == "thinking":
-            thinking.append(ThinkingPart(text=block.thinking, signature=block.signature))
-        elif block.type == "redacted_thinking":
-            thinking.append(ThinkingPart(text="", signature=block.data, redacted=True))
-    usage = message.usage
-    input_tokens = usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+    for index, block in enumerate(field(message, "content", list, "")):
+        where = f"content[{index}]"
+        kind = field(checked(block, dict, where), "type", str, where)
+        if kind == "text":
+            texts.append(field(block, "text", str, where))
+        elif kind == "tool_use":
+            calls.append(_tool_call(block, where))
+        elif kind == "thinking":
+            signature = field(block, "signature", (str, type(None)), where)
+            thinking.append(ThinkingPart(text=field(block, "thinking", str, where), signature=signature))
+        elif kind == "redacted_thinking":
+            thinking.append(ThinkingPart(text="", signature=field(block, "data", str, where), redacted=True))
     return ModelResponse(
         text="\n".join(texts),
         tool_calls=tuple(calls),
         thinking=tuple(thinking),
-        usage=Usage(input_tokens=input_tokens, output_tokens=usage.output_tokens),
+        usage=_usage(field(message, "usage", (dict, type(None)), "")),
+    )
+
+
+def _tool_call(block: dict[str, Any], where: str) -> ToolCall:
+    call_id, name = field(block, "id", str, where), field(block, "name", str, where)
+    arguments = block.get("input")
+    if isinstance(arguments, dict):
+        return ToolCall(id=call_id, name=name, arguments=arguments)
+    return ToolCall(id=call_id, name=name, arguments={}, invalid_arguments="not a JSON object")
+
+
+def _usage(usage: dict[str, Any] | None) -> Usage:
+    """Input tokens include those written to and read from the prompt cache. No usage (a proxy's) counts nothing."""
+    if usage is None:
+        return Usage()
+    cached = token_count(usage, "cache_creation_input_tokens") + token_count(usage, "cache_read_input_tokens")
+    return Usage(
+        input_tokens=token_count(usage, "input_tokens") + cached, output_tokens=token_count(usage, "output_tokens")
     )

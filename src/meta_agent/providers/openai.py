@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
 
 from meta_agent.errors import ModelNotConfigured
 from meta_agent.messages import (
+    TOO_DEEP,
     AssistantMessage,
     ImagePart,
     Message,
@@ -24,7 +24,17 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
-from meta_agent.providers import MALFORMED, malformed_answer, provider_error
+from meta_agent.providers import (
+    UNREADABLE,
+    WrongShape,
+    answer_error,
+    answer_object,
+    checked,
+    field,
+    malformed,
+    provider_error,
+    token_count,
+)
 
 
 class OpenAIProvider:
@@ -75,15 +85,19 @@ class OpenAIProvider:
             arguments["max_completion_tokens"] = request.max_output_tokens
         try:
             # The SDK's own `post`, not `chat.completions.create`: the body is already in wire form, and create's
-            # typed-dict transform walks the whole transcript on every turn (milliseconds a turn, growing).
-            completion = await self._client.post("/chat/completions", body=arguments, cast_to=ChatCompletion)
-            return _response(completion)
+            # typed-dict transform walks the whole transcript on every turn (milliseconds a turn, growing). The
+            # answer comes back as plain JSON, checked field by field in `_response`.
+            answer = await self._client.post("/chat/completions", body=arguments, cast_to=object)
         except openai.OpenAIError as exc:
             raise provider_error(
                 exc, openai, name=self._name, key_variable=self._key_variable, base_url=str(self._client.base_url)
             ) from None
-        except MALFORMED as exc:
-            raise malformed_answer(exc, name=self._name) from None
+        except UNREADABLE as exc:
+            raise answer_error(self._name, exc) from None
+        try:
+            return _response(answer)
+        except WrongShape as exc:
+            raise answer_error(self._name, exc) from None
 
 
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:
@@ -139,33 +153,65 @@ def _content(parts: tuple[TextPart | ImagePart, ...]) -> str | list[dict[str, An
     ]
 
 
-def _response(completion: Any) -> ModelResponse:
-    if not completion.choices:
-        return ModelResponse(usage=_usage(completion))
-    message = completion.choices[0].message
-    calls = tuple(_tool_call(call) for call in message.tool_calls or () if call.type == "function")
+def _response(answer: object) -> ModelResponse:
+    """A chat completion's first choice, checked: what OpenAI-compatible servers legitimately vary (`content` null
+    beside tool calls, or a list of parts; no usage; no call ids) is read, anything else is `WrongShape`."""
+    completion = answer_object(answer, "choices")
+    choices = field(completion, "choices", list, "")
+    if not choices:
+        raise malformed("choices is empty")
+    choice = checked(choices[0], dict, "choices[0]")
+    message = field(choice, "message", dict, "choices[0]")
+    where = "choices[0].message"
+    calls = field(message, "tool_calls", (list, type(None)), where) or []
     # OpenAI-compatible servers (Ollama, vLLM, DeepSeek) put reasoning in a non-standard field.
-    extra = message.model_extra or {}
-    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-    thinking = (ThinkingPart(text=reasoning),) if isinstance(reasoning, str) and reasoning else ()
-    return ModelResponse(text=message.content or "", tool_calls=calls, thinking=thinking, usage=_usage(completion))
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    return ModelResponse(
+        text=_text(field(message, "content", (str, list, type(None)), where), f"{where}.content"),
+        tool_calls=_tool_calls(calls, f"{where}.tool_calls"),
+        thinking=(ThinkingPart(text=reasoning),) if isinstance(reasoning, str) and reasoning else (),
+        usage=_usage(field(completion, "usage", (dict, type(None)), "")),
+    )
 
 
-def _tool_call(call: Any) -> ToolCall:
-    raw = call.function.arguments or "{}"
+def _text(content: str | list[Any] | None, where: str) -> str:
+    """`content` is text, or (Mistral and others) a list of parts of which the text ones count."""
+    if not isinstance(content, list):
+        return content or ""
+    parts = [(checked(part, dict, f"{where}[{i}]"), f"{where}[{i}]") for i, part in enumerate(content)]
+    return "".join(field(part, "text", str, at) for part, at in parts if part.get("type") == "text")
+
+
+def _tool_calls(calls: list[Any], where: str) -> tuple[ToolCall, ...]:
+    """The function calls (the only kind of tool we offer); a call with no type is one."""
+    out: list[ToolCall] = []
+    for index, call in enumerate(calls):
+        if checked(call, dict, f"{where}[{index}]").get("type", "function") == "function":
+            out.append(_tool_call(call, f"{where}[{index}]", index))
+    return tuple(out)
+
+
+def _tool_call(call: dict[str, Any], where: str, index: int) -> ToolCall:
+    function = field(call, "function", dict, where)
+    name = field(function, "name", str, f"{where}.function")
+    call_id = field(call, "id", (str, type(None)), where) or f"call_{index}"  # a few local servers send no id
+    raw = field(function, "arguments", (str, dict, type(None)), f"{where}.function") or "{}"
     if isinstance(raw, dict):  # some OpenAI-compatible servers send an object, not its JSON text
-        return ToolCall(id=call.id, name=call.function.name, arguments=raw)
+        return ToolCall(id=call_id, name=name, arguments=raw)
     try:
         arguments = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return ToolCall(id=call.id, name=call.function.name, arguments={}, invalid_arguments=f"not JSON ({exc.msg})")
+        return ToolCall(id=call_id, name=name, arguments={}, invalid_arguments=f"not JSON ({exc.msg})")
+    except RecursionError:
+        return ToolCall(id=call_id, name=name, arguments={}, invalid_arguments=TOO_DEEP)
     if not isinstance(arguments, dict):
-        return ToolCall(id=call.id, name=call.function.name, arguments={}, invalid_arguments="not a JSON object")
-    return ToolCall(id=call.id, name=call.function.name, arguments=arguments)
+        return ToolCall(id=call_id, name=name, arguments={}, invalid_arguments="not a JSON object")
+    return ToolCall(id=call_id, name=name, arguments=arguments)
 
 
-def _usage(completion: Any) -> Usage:
-    usage = completion.usage
+def _usage(usage: dict[str, Any] | None) -> Usage:
     if usage is None:
         return Usage()
-    return Usage(input_tokens=usage.prompt_tokens or 0, output_tokens=usage.completion_tokens or 0)
+    return Usage(
+        input_tokens=token_count(usage, "prompt_tokens"), output_tokens=token_count(usage, "completion_tokens")
+    )

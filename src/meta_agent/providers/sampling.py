@@ -11,6 +11,7 @@ from typing import Any
 
 import mcp.types as t
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from pydantic import ValidationError
 
 from meta_agent.errors import ProviderError
 from meta_agent.messages import (
@@ -63,6 +64,10 @@ class SamplingProvider:
                 )
         except MCPError as exc:
             raise ProviderError(f"sampling: the host did not answer the model request: {exc.message}") from None
+        except ValidationError as exc:  # the SDK checks the host's answer against the protocol's result type
+            problem = exc.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"]) or "the result"
+            raise ProviderError(f"sampling: the host's answer was malformed: {where}: {problem['msg']}") from None
         blocks = result.content if isinstance(result.content, list) else [result.content]
         text = "\n".join(b.text for b in blocks if isinstance(b, t.TextContent))
         calls = tuple(

@@ -1,0 +1,253 @@
+"""Process lifecycle as a host meets it, through real subprocesses: `meta-agent serve` on stdio stopped by SIGTERM or
+SIGINT while the host keeps its stdin open (idle, mid-tool, mid-model) or by its stdin closing; `meta-agent run` and
+`meta-agent check`; a child whose own process dies while its family lives on. Every child is a family of processes
+(tests/fixtures/family.py), and once meta-agent is done no process of any family may be left, found by the marker in
+its command line whatever became of its parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+from conftest import openai_env
+from fake_llm import FakeLLM, openai_reply
+from family import entry
+from test_cli import processes_with
+
+from meta_agent.children import ChildPool
+from meta_agent.config import ServerEntry
+
+pytestmark = pytest.mark.anyio
+
+META_AGENT = [sys.executable, "-m", "meta_agent"]
+MODEL = "openai:fake-model"
+# Generous for a loaded 2-core machine: a stop takes its grace periods (seconds), a start well under one.
+BOUND = 30.0
+# A process killed with SIGKILL dies a moment after the signal; how long a check for it may look again.
+DYING = 5.0
+POLL = 0.01
+LINE_MAX = 1 << 20
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"marker-{uuid.uuid4().hex}"
+
+
+def families(marker: str, *kinds: str) -> dict[str, Any]:
+    """A servers.json map with one family of each kind, named after its kind; each marked with `marker`."""
+    return {kind: entry(kind, f"{marker}-{kind}") for kind in kinds}
+
+
+def write_config(tmp_path: Path, servers: dict[str, Any]) -> Path:
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+async def until(what: str, predicate: Any, timeout: float = BOUND) -> None:
+    try:
+        with anyio.fail_after(timeout):
+            while not predicate():
+                await anyio.sleep(POLL)
+    except TimeoutError:
+        raise TimeoutError(f"waited {timeout:g} s for {what}") from None
+
+
+async def all_gone(marker: str) -> None:
+    """Every process of the families marked `marker` has died (or is a zombie nobody has reaped yet)."""
+    await until(f"the processes {processes_with(marker)} to die", lambda: not processes_with(marker), DYING)
+
+
+# -- meta-agent serve on stdio, the host keeping stdin open ----------------------------------------------------------
+
+
+class Host:
+    """A host of `meta-agent serve` on stdio that writes and reads JSON-RPC lines itself and never closes stdin
+    unless told to."""
+
+    def __init__(self, process: Process, log: Path) -> None:
+        self.process = process
+        self.log = log
+        assert process.stdout is not None
+        self._stdout = BufferedByteReceiveStream(process.stdout)
+        self._next_id = 0
+
+    async def send(self, method: str, params: dict[str, Any], *, request: bool = True) -> int:
+        self._next_id += 1
+        message = {"jsonrpc": "2.0", "method": method, "params": params} | ({"id": self._next_id} if request else {})
+        assert self.process.stdin is not None
+        await self.process.stdin.send((json.dumps(message) + "\n").encode())
+        return self._next_id
+
+    async def receive_until(self, what: str, predicate: Any) -> dict[str, Any]:
+        """The first message from meta-agent that `predicate` accepts."""
+        try:
+            with anyio.fail_after(BOUND):
+                while not predicate(message := json.loads(await self._stdout.receive_until(b"\n", LINE_MAX))):
+                    pass
+                return message
+        except TimeoutError:
+            raise TimeoutError(f"waited {BOUND:g} s for {what}") from None
+
+    async def handshake(self) -> None:
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+        request = await self.send("initialize", hello)
+        await self.receive_until("the initialize result", lambda m: m.get("id") == request)
+        await self.send("notifications/initialized", {}, request=False)
+
+    async def progress(self, text: str) -> None:
+        """Wait for a progress message containing `text`."""
+        def wanted(message: dict[str, Any]) -> bool:
+            return message.get("method") == "notifications/progress" and text in message["params"]["message"]
+
+        await self.receive_until(f"progress {text!r}", wanted)
+
+    async def exit_code(self) -> int:
+        try:
+            with anyio.fail_after(BOUND):
+                return await self.process.wait()
+        except TimeoutError:
+            raise TimeoutError(f"meta-agent did not exit within {BOUND:g} s") from None
+
+    def stderr(self) -> str:
+        return self.log.read_text()
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, servers: dict[str, Any], environ: dict[str, str]) -> AsyncIterator[Host]:
+    """`meta-agent serve` on stdio with `servers`, handshake done; its stdin stays open until it has exited."""
+    log = tmp_path / "stderr.log"
+    command = [*META_AGENT, "serve", "--config", str(write_config(tmp_path, servers))]
+    with log.open("w") as errors:
+        process = await anyio.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=environ
+        )
+    try:
+        host = Host(process, log)
+        await host.handshake()
+        yield host
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+
+async def agent(host: Host, task: str) -> None:
+    await host.send("tools/call", {"name": "agent", "arguments": {"task": task}, "_meta": {"progressToken": "p"}})
+
+
+@pytest.mark.parametrize("moment", ["idle", "mid_tool", "mid_model"])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+async def test_serve_stops_on_a_signal_while_the_host_keeps_stdin_open(
+    tmp_path: Path, marker: str, llm: FakeLLM, moment: str, signum: int, code: int
+) -> None:
+    # A forker's sleeper ignores its stdin closing, so stopping it always takes the grace period: one moment is enough.
+    kinds = ("shell", "launcher", "forker") if moment == "idle" else ("shell", "launcher")
+    async with serving(tmp_path, families(marker, *kinds), openai_env(llm, model=MODEL, base=os.environ)) as host:
+        await until("every family to start", lambda: len(processes_with(marker)) == 2 * len(kinds))
+        if moment == "mid_tool":  # the server of the launcher family freezes: it cannot even see its stdin close
+            llm.reply(openai_reply(None, ("c1", "launcher__freeze", {})))
+            await agent(host, "freeze")
+            await host.progress("call launcher.freeze")
+        elif moment == "mid_model":
+            llm.reply(openai_reply("too late"), delay=600)
+            await agent(host, "think")
+            await until("the model request", lambda: len(llm.requests) == 1)
+        host.process.send_signal(signum)
+        assert await host.exit_code() == code
+        assert processes_with(marker) == []  # every family was ended before meta-agent exited
+        stderr = host.stderr()
+        assert stderr.splitlines()[-1] == f"meta-agent: stopped by {signal.Signals(signum).name}"
+        assert "Traceback" not in stderr
+
+
+async def test_serve_ends_every_family_when_stdin_closes(tmp_path: Path, marker: str, llm: FakeLLM) -> None:
+    servers = families(marker, "shell", "launcher", "forker")
+    async with serving(tmp_path, servers, openai_env(llm, model=MODEL, base=os.environ)) as host:
+        await until("every family to start", lambda: len(processes_with(marker)) == 6)
+        assert host.process.stdin is not None
+        await host.process.stdin.aclose()
+        assert await host.exit_code() == 0
+        assert processes_with(marker) == []
+
+
+async def test_a_second_signal_says_which_children_are_still_stopping(
+    tmp_path: Path, marker: str, llm: FakeLLM
+) -> None:
+    servers = families(marker, "stubborn")  # its sleeper ignores SIGTERM: stopping it takes both grace periods
+    async with serving(tmp_path, servers, openai_env(llm, model=MODEL, base=os.environ)) as host:
+        await until("the family to start", lambda: len(processes_with(marker)) == 2)
+        host.process.send_signal(signal.SIGTERM)
+        await until("the stop to reach SIGTERM", lambda: '"child_group_signalled"' in host.stderr())
+        host.process.send_signal(signal.SIGTERM)
+        assert await host.exit_code() == 143
+        await all_gone(marker)
+        lines = host.stderr().splitlines()
+        assert "meta-agent: still stopping 1 child server: stubborn" in lines
+        assert lines[-1] == "meta-agent: stopped by SIGTERM"
+
+
+# -- meta-agent run and check ----------------------------------------------------------------------------------------
+
+
+def test_run_leaves_no_family_behind(tmp_path: Path, marker: str, llm: FakeLLM) -> None:
+    config = write_config(tmp_path, families(marker, "launcher", "forker"))
+    llm.reply(openai_reply(None, ("c1", "forker__pid", {})))
+    llm.reply(openai_reply("done"))
+    result = subprocess.run(
+        [*META_AGENT, "run", "what is your pid", "--config", str(config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=BOUND * 3,
+        env=openai_env(llm, model=MODEL, base=os.environ),
+    )
+    assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr
+    assert processes_with(marker) == []
+
+
+def test_check_leaves_no_family_behind(tmp_path: Path, marker: str) -> None:
+    config = write_config(tmp_path, families(marker, "shell", "launcher", "forker"))
+    command = [*META_AGENT, "check", "--config", str(config)]
+    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=BOUND * 3)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split()[:2] for line in result.stdout.splitlines()[1:]] == [
+        [kind, "ready"] for kind in ("shell", "launcher", "forker")
+    ]
+    assert processes_with(marker) == []
+
+
+# -- a child's own process dies, its family lives on ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["shell", "launcher", "forker"])
+async def test_a_child_whose_own_process_dies_is_restarted_without_its_old_family(marker: str, kind: str) -> None:
+    """The server of a shell or launcher family outlives its killed parent and would go on answering over the pipes
+    it holds; a forker's sleeper holds them after the server died. Either way the child counts as dead, and its
+    whole family goes before the new one starts."""
+    async with ChildPool({kind: ServerEntry(**entry(kind, marker))}) as pool:
+        await pool.wait_settled()
+        child = pool[kind]
+        server = int((await child.call("pid", {})).content[0].text)  # type: ignore[union-attr]
+        old_family = processes_with(marker)
+        assert len(old_family) == 2
+        os.kill(os.getpgid(server), signal.SIGKILL)  # the group's leader: the child's own process
+        await until(f"{kind} to come back", lambda: child.status.state == "ready" and child.status.restarts == 1)
+        assert not set(old_family) & set(processes_with(marker))
+        assert int((await child.call("pid", {})).content[0].text) != server  # type: ignore[union-attr]
+    await all_gone(marker)
