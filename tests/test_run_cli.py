@@ -146,26 +146,34 @@ def test_ctrl_c_cancels_the_run_and_stops_the_children(llm: FakeLLM, config: Pat
     assert processes_with(marker) == []
 
 
-def test_a_bug_of_ours_is_one_line_naming_the_run(
-    llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Fault injection in-process (a bug cannot be had for real): our reading of the model's answer raising TypeError
-    is one line on stderr naming the run, exit 1, and no traceback; the traceback is for --log-level debug."""
-    from meta_agent import cli
-    from meta_agent.providers import openai as openai_provider
+# Fault injection (a bug of ours cannot be had for real): the process's reading of the model's answer is replaced by one
+# that raises, before the command line runs.
+WITH_A_BUG = """
+import sys
+from meta_agent.providers import openai
 
-    def broken(_usage: object) -> None:
-        raise TypeError("a bug of ours\nsecond line")
+def broken(_usage):
+    raise TypeError("a bug of ours\\nsecond line")
 
-    monkeypatch.setattr(openai_provider, "_usage", broken)
-    for name, value in openai_env(llm, model="openai:fake-model").items():
-        monkeypatch.setenv(name, value)
-    config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {}}))
+openai._usage = broken
+from meta_agent.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_bug_of_ours_is_one_line_naming_the_run(llm: FakeLLM, config: Path) -> None:
+    """A bug that ends the run is one line on stderr naming the run, exit 1, no traceback (that is for
+    --log-level debug)."""
     llm.reply(openai_reply("fine"))
-    code = cli.main(["run", "task", "--config", str(config)])
-    err = capsys.readouterr().err
-    assert code == 1, err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("meta-agent: failed: TypeError: a bug of ours (run_id "), err
-    assert last.endswith("; --log-level debug shows where") and "Traceback" not in err, err
+    environ = openai_env(llm, model="openai:fake-model", base=os.environ)
+    result = subprocess.run(
+        [sys.executable, "-c", WITH_A_BUG, "run", "task", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("meta-agent: failed: TypeError: a bug of ours (run_id "), result.stderr
+    assert last.endswith("; --log-level debug shows where") and "Traceback" not in result.stderr, result.stderr
