@@ -11,10 +11,15 @@ import sys
 import uuid
 from pathlib import Path
 
+import httpx2
 import pytest
-from conftest import EVERYTHING, FAULT_SERVER, TIME_COMMAND
+from conftest import EVERYTHING, FAULT_SERVER, TIME_COMMAND, free_port
 
 META_AGENT = [sys.executable, "-m", "meta_agent"]
+
+
+# image_gen's default backend: OpenAI itself (no OPENAI_BASE_URL), with a key.
+OPENAI_ITSELF = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "", "META_AGENT_IMAGE_MODEL": ""}
 
 
 def write_config(tmp_path: Path, servers: dict) -> Path:
@@ -110,7 +115,7 @@ def test_tools_lists_internal_tools_first_then_each_child(tmp_path: Path, marker
             "nope": {"command": "no-such-command-xyz"},
         },
     )
-    result = run("tools", "--config", str(config))
+    result = run("tools", "--config", str(config), env=OPENAI_ITSELF)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "internal · 1 tool"
@@ -134,9 +139,27 @@ def test_tools_as_json_and_internal_tools_setting(tmp_path: Path) -> None:
     box = json.loads(result.stdout)
     assert [s["name"] for s in box["servers"]] == ["time"]
     assert box["servers"][0]["protocol_version"] == "2026-07-28"
-    assert [t["name"] for t in box["tools"]] == ["time.get_current_time", "time.convert_time"]
+    assert [t["name"] for t in box["tools"]] == ["time.get_current_time", "time.convert_time", "image_gen"]
     assert box["tools"][0]["alias"] == "time__get_current_time"
     assert box["tools"][0]["annotations"]["readOnlyHint"] is True
+    assert [(t["enabled"], t["withheld"]) for t in box["tools"]] == [
+        (True, None),
+        (True, None),
+        (False, "META_AGENT_INTERNAL_TOOLS leaves it out"),
+    ]
+
+
+def test_tools_says_why_image_gen_is_withheld_against_a_local_server(tmp_path: Path) -> None:
+    local = {"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1", "OPENAI_API_KEY": "none", "META_AGENT_IMAGE_MODEL": ""}
+    result = run("tools", "--config", str(write_config(tmp_path, {})), env=local)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "internal · 0 tools",
+        (
+            "  image_gen  withheld: META_AGENT_IMAGE_MODEL is not set and OPENAI_BASE_URL points at 127.0.0.1, not"
+            " OpenAI: set META_AGENT_IMAGE_MODEL=openai:MODEL if that server has an images endpoint"
+        ),
+    ]
 
 
 def test_child_stderr_never_reaches_stdout(tmp_path: Path) -> None:
@@ -270,3 +293,30 @@ def test_serve_http_that_cannot_listen_is_one_line_and_exit_2(tmp_path: Path, ma
         "bad allowed host": "meta-agent: --allowed-host: 'localhost:80@evil.example' is not a host or host:port "
         "(e.g. example.com, example.com:8765, [::1])\n",
     }[problem]
+
+
+def has_ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not has_ipv6(), reason="this machine has no IPv6")
+def test_serve_http_on_host_all_ipv6_addresses_answers_on_ipv4_too(tmp_path: Path) -> None:
+    """`--host ::` means every address of the machine, as with other servers: an IPv6-only socket refused 127.0.0.1."""
+    port = free_port()
+    command = ["serve", "--transport", "http", "--host", "::", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*META_AGENT, *command, "--config", str(write_config(tmp_path, {}))], stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    try:
+        assert any('"serving_http"' in line for line in proc.stderr), "the server did not start"
+        for address in ("127.0.0.1", "[::1]"):
+            assert httpx2.get(f"http://{address}:{port}/health", timeout=30).json()["status"] == "ok", address
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

@@ -7,7 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
@@ -22,8 +22,18 @@ from meta_agent import conversations
 from meta_agent.config import Settings
 from meta_agent.conversations import Conversations, trim
 from meta_agent.errors import ConversationLost
-from meta_agent.messages import AssistantMessage, TextPart, ToolCall, ToolMessage, ToolResult, UserMessage
-from meta_agent.server import build_server
+from meta_agent.messages import (
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    ToolResult,
+    UserMessage,
+)
+from meta_agent.providers.scripted import ScriptedProvider
+from meta_agent.server import NOT_REMEMBERED, build_server
 
 pytestmark = pytest.mark.anyio
 
@@ -80,9 +90,40 @@ async def test_a_store_that_cannot_be_written_costs_the_conversation_not_the_ans
         async with Client(build_server(settings, {}, openai_env(llm))) as client:
             result = await client.call_tool("agent", {"task": "t"})
     assert not result.is_error
-    assert result.content[0].text == "The answer."  # type: ignore[union-attr]
-    assert result.structured_content["conversation_id"] is None  # type: ignore[index]
+    assert result.structured_content is not None and result.structured_content["conversation_id"] is None
+    error = result.structured_content["conversation_error"]
+    assert error.startswith(f"{settings.conversations_db}: cannot write the conversations store: [Errno ")
+    assert error.endswith("; this turn was not saved") and "\n" not in error
+    assert [block.text for block in result.content] == ["The answer.", NOT_REMEMBERED + error]  # type: ignore[union-attr]
     assert [e["path"] for e in logs if e["event"] == "conversation_not_saved"] == [str(settings.conversations_db)]
+
+
+async def test_a_turn_whose_conversation_another_process_took_over_says_it_is_not_saved(tmp_path: Path) -> None:
+    """The answer stands, and the caller is told the turn is in no conversation (the model's second turn lets another
+    process take the conversation over, as one does once a turn's hold has lapsed)."""
+    path = tmp_path / "c.sqlite3"
+    provider = ScriptedProvider([ModelResponse(text="first answer")])
+
+    def taking_over(conversation_id: str) -> Callable[[ModelRequest], Awaitable[ModelResponse]]:
+        async def answer(_request: ModelRequest) -> ModelResponse:
+            with closing(sqlite3.connect(path)) as db, db:
+                db.execute("update conversations set holder = 'another' where id = ?", (conversation_id,))
+            return ModelResponse(text="second answer")
+
+        return answer
+
+    settings = Settings(conversations_db=path, trace_dir=tmp_path / "traces")
+    async with Client(build_server(settings, {}, {}, provider=provider)) as client:
+        first = await client.call_tool("agent", {"task": "one"})
+        assert first.structured_content is not None and "conversation_error" not in first.structured_content
+        conversation = first.structured_content["conversation_id"]
+        provider.add(taking_over(conversation))
+        second = await client.call_tool("agent", {"task": "two", "conversation_id": conversation})
+    assert not second.is_error and second.structured_content is not None
+    assert second.structured_content["conversation_id"] is None
+    error = second.structured_content["conversation_error"]
+    assert error.startswith(f"conversation {conversation!r}: another process took it over while this turn ran")
+    assert [block.text for block in second.content] == ["second answer", NOT_REMEMBERED + error]  # type: ignore[union-attr]
 
 
 def turn(n: int, size: int) -> list:
@@ -112,6 +153,17 @@ async def test_a_trimmed_conversation_says_so(tmp_path: Path) -> None:
     assert dropped == 1
     assert (await store.load(new.conversation_id))[0] == UserMessage.of("turn 2")
 
+
+async def test_any_text_a_model_sends_is_saved_as_it_is(tmp_path: Path) -> None:
+    """A lone surrogate (a model's "\\ud800") is no UTF-8: stored raw, SQLite would refuse the whole turn."""
+    store = Conversations(tmp_path / "c.sqlite3")
+    transcript = (UserMessage.of("say \ud800 and é"), AssistantMessage(text="\udfff 日本 \U0001f600"))
+    try:
+        async with store.turn(None) as new:
+            await store.save(new, transcript)
+        assert await store.load(new.conversation_id) == transcript
+    finally:
+        store.close()
 
 
 # -- every tool call answered ------------------------------------------------------------------------------------------

@@ -527,7 +527,11 @@ async def test_model_endpoint_malformed_answers(llm: FakeLLM) -> None:
         rng.choice(cheap) for _ in range(MODEL_MALFORMED_INJECTIONS - len(MODEL_MALFORMED))
     ]
     rng.shuffle(kinds)
-    async with group("model_malformed_json"), serving(llm, {}, mode="auto") as (client, _):
+    # the calls go to image_gen, offered against the local fake endpoint only with an explicit image model
+    async with (
+        group("model_malformed_json"),
+        serving(llm, {}, mode="auto", image_model="openai:gpt-image-2.5-flare") as (client, _),
+    ):
         for i, kind in enumerate(kinds):
             tag = f"[model-malformed-{i}]"
             fault = MODEL_MALFORMED[kind]

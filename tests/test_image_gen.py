@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from conftest import openai_env
-from fake_llm import FakeLLM, error_body, images_reply
+from fake_llm import FakeLLM, anthropic_reply, error_body, images_reply, openai_reply
 from fault_server import TINY_PNG
+from mcp import Client
+from structlog.testing import capture_logs
 
-from meta_agent.errors import ImageGenError, ProviderAuthError, ProviderUnavailable
-from meta_agent.image_gen import IMAGE_GEN, INTERNAL_TOOLS, image_gen_tool
+from meta_agent.config import Settings
+from meta_agent.errors import ImageGenError, ProviderAuthError, ProviderBadRequest, ProviderUnavailable
+from meta_agent.image_gen import IMAGE_GEN, INTERNAL_TOOLS, WHAT_TO_SET, image_gen_tool, image_gen_withheld
 from meta_agent.messages import ImagePart, TextPart
+from meta_agent.server import build_server
 
 pytestmark = pytest.mark.anyio
 FAST_RETRY = {"retry_after_ms": "1"}  # the SDK honours retry-after-ms, so its retries take no time
@@ -191,3 +196,103 @@ def test_the_schema_names_what_the_model_accepts(image_model: str, sizes: list[s
     assert properties["n"]["maximum"] == max_n
     assert tool.input_schema["required"] == ["prompt"]
     assert INTERNAL_TOOLS == (IMAGE_GEN,) and IMAGE_GEN.run is None
+
+
+async def test_a_server_without_an_images_endpoint_is_quoted(llm: FakeLLM) -> None:
+    llm.reply({"detail": "Not Found"}, 404)  # what llama.cpp's server answers for /v1/images/generations
+    with pytest.raises(ProviderBadRequest) as caught:
+        await image_gen_tool("openai:local", openai_env(llm)).run({"prompt": "a cat"})
+    assert str(caught.value) == "openai:local: the request was refused (HTTP 404): Not Found"
+
+
+def local(llm: FakeLLM) -> dict[str, str]:
+    """The chat model at the fake endpoint as a local OpenAI-compatible server."""
+    return openai_env(llm)
+
+
+def openai_itself(llm: FakeLLM, base_url: str | None = None) -> dict[str, str]:
+    """The chat model at the fake endpoint through the Anthropic SDK; OpenAI's own key (and base URL) for images."""
+    at_openai = {"OPENAI_BASE_URL": base_url} if base_url else {}
+    return {"ANTHROPIC_BASE_URL": llm.url, "ANTHROPIC_API_KEY": "sk-ant-test", "OPENAI_API_KEY": "sk-test", **at_openai}
+
+
+@pytest.mark.parametrize(
+    ("model", "environ", "image_model", "offered"),
+    [
+        pytest.param("openai:fake-model", local, None, False, id="local server"),
+        pytest.param("openai:fake-model", local, "openai:sd-turbo", True, id="local server, image model set"),
+        pytest.param("anthropic:claude-sonnet-5-5", openai_itself, None, True, id="OpenAI itself"),
+        pytest.param(
+            "anthropic:claude-sonnet-5-5",
+            lambda llm: openai_itself(llm, "https://api.openai.com/v1"),
+            None,
+            True,
+            id="OpenAI itself, base URL set",
+        ),
+        pytest.param(
+            "anthropic:claude-sonnet-5-5",
+            lambda llm: {k: v for k, v in openai_itself(llm).items() if k != "OPENAI_API_KEY"},
+            None,
+            False,
+            id="no OpenAI key",
+        ),
+    ],
+)
+async def test_image_gen_is_offered_only_where_its_backend_is_configured(
+    llm: FakeLLM, model: str, environ: Callable[[FakeLLM], dict[str, str]], image_model: str | None, offered: bool
+) -> None:
+    anthropic = model.startswith("anthropic")
+    llm.reply(anthropic_reply({"type": "text", "text": "fine"}) if anthropic else openai_reply("fine"))
+    server = build_server(Settings(model=model, image_model=image_model), {}, environ(llm))
+    async with Client(server) as client:
+        listed = {tool.name for tool in (await client.list_tools()).tools}
+        result = await client.call_tool("ask", {"prompt": "draw me something"})
+    assert not result.is_error, result.content
+    sent = [tool.get("name") or tool["function"]["name"] for tool in llm.requests[-1].body.get("tools", [])]
+    assert (sent == ["image_gen"], "image_gen" in listed) == (offered, offered)
+
+
+@pytest.mark.parametrize(
+    ("image_model", "environ", "why"),
+    [
+        (None, {"OPENAI_API_KEY": "k"}, None),
+        ("openai:sd", {"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"}, None),
+        (
+            None,
+            {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"},
+            (
+                "META_AGENT_IMAGE_MODEL is not set and OPENAI_BASE_URL points at 127.0.0.1, not OpenAI: set"
+                " META_AGENT_IMAGE_MODEL=openai:MODEL if that server has an images endpoint"
+            ),
+        ),
+        (
+            None,
+            {"OPENAI_BASE_URL": "https://api.openai.com/v1"},
+            (
+                "META_AGENT_IMAGE_MODEL is not set and OPENAI_API_KEY is not set: set OPENAI_API_KEY for OpenAI's"
+                " images API, or META_AGENT_IMAGE_MODEL=openai:MODEL and OPENAI_BASE_URL for an OpenAI-compatible"
+                " server's"
+            ),
+        ),
+        ("openai:sd", {}, f"no image backend for openai:sd: {WHAT_TO_SET}"),
+        (
+            "sd",
+            {"OPENAI_API_KEY": "k"},
+            (
+                "META_AGENT_IMAGE_MODEL='sd' is not supported; set it to openai:MODEL (e.g. openai:gpt-image-2.5-flare)"
+                f" and {WHAT_TO_SET}"
+            ),
+        ),
+    ],
+)
+def test_why_image_gen_is_withheld(image_model: str | None, environ: dict[str, str], why: str | None) -> None:
+    assert image_gen_withheld(image_model, environ) == why
+
+
+async def test_an_image_model_set_but_unusable_is_withheld_and_said_so() -> None:
+    with capture_logs() as logs:
+        async with Client(build_server(Settings(image_model="sd"), {}, {"OPENAI_API_KEY": "k"})) as client:
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+    assert listed == {"ask", "plan", "agent"}
+    [warning] = [entry for entry in logs if entry["event"] == "image_gen_withheld"]
+    assert warning["reason"].startswith("META_AGENT_IMAGE_MODEL='sd' is not supported")

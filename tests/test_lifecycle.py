@@ -14,17 +14,20 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
-from conftest import openai_env
+from conftest import ProgressLog, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
 from family import entry
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from test_cli import processes_with
 
 from meta_agent.children import ChildPool
@@ -75,13 +78,30 @@ async def all_gone(marker: str) -> None:
 # -- meta-agent serve on stdio, the host keeping stdin open ----------------------------------------------------------
 
 
-class Host:
-    """A host of `meta-agent serve` on stdio that writes and reads JSON-RPC lines itself and never closes stdin
-    unless told to."""
+class Served:
+    """A `meta-agent serve` process: its exit code (bounded) and what it wrote to stderr."""
 
     def __init__(self, process: Process, log: Path) -> None:
         self.process = process
         self.log = log
+
+    async def exit_code(self) -> int:
+        try:
+            with anyio.fail_after(BOUND):
+                return await self.process.wait()
+        except TimeoutError:
+            raise TimeoutError(f"meta-agent did not exit within {BOUND:g} s") from None
+
+    def stderr(self) -> str:
+        return self.log.read_text()
+
+
+class Host(Served):
+    """A host of `meta-agent serve` on stdio that writes and reads JSON-RPC lines itself and never closes stdin
+    unless told to."""
+
+    def __init__(self, process: Process, log: Path) -> None:
+        super().__init__(process, log)
         assert process.stdout is not None
         self._stdout = BufferedByteReceiveStream(process.stdout)
         self._next_id = 0
@@ -115,16 +135,6 @@ class Host:
             return message.get("method") == "notifications/progress" and text in message["params"]["message"]
 
         await self.receive_until(f"progress {text!r}", wanted)
-
-    async def exit_code(self) -> int:
-        try:
-            with anyio.fail_after(BOUND):
-                return await self.process.wait()
-        except TimeoutError:
-            raise TimeoutError(f"meta-agent did not exit within {BOUND:g} s") from None
-
-    def stderr(self) -> str:
-        return self.log.read_text()
 
 
 @asynccontextmanager
@@ -200,6 +210,100 @@ async def test_a_second_signal_says_which_children_are_still_stopping(
         lines = host.stderr().splitlines()
         assert "meta-agent: still stopping 1 child server: stubborn" in lines
         assert lines[-1] == "meta-agent: stopped by SIGTERM"
+
+
+# -- meta-agent serve over HTTP -------------------------------------------------------------------------------------
+
+
+class HttpServe(Served):
+    """`meta-agent serve --transport http` as a process: its /mcp URL, exit code and stderr."""
+
+    def __init__(self, process: Process, log: Path, url: str) -> None:
+        super().__init__(process, log)
+        self.url = url
+
+
+@asynccontextmanager
+async def serving_http(tmp_path: Path, servers: dict[str, Any], environ: dict[str, str]) -> AsyncIterator[HttpServe]:
+    """`meta-agent serve --transport http` with `servers`, once it listens."""
+    log = tmp_path / "stderr.log"
+    port = free_port()
+    command = [*META_AGENT, "serve", "--transport", "http", "--port", str(port)]
+    with log.open("w") as errors:
+        process = await anyio.open_process(
+            [*command, "--config", str(write_config(tmp_path, servers))],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            env=environ,
+        )
+    try:
+        served = HttpServe(process, log, f"http://127.0.0.1:{port}/mcp")
+
+        def listening() -> bool:
+            return '"serving_http"' in served.stderr() or process.returncode is not None
+
+        await until("the server to listen", listening)
+        assert process.returncode is None, served.stderr()
+        yield served
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+
+async def call_until_cut_off(url: str, progress: ProgressLog) -> None:
+    """An agent call over HTTP (2025-11-25) that runs until the server stops under it."""
+    with suppress(Exception):  # the server goes away mid-call, as the test means it to
+        async with (
+            httpx2.AsyncClient(timeout=httpx2.Timeout(BOUND, read=None)) as http,
+            Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+        ):
+            await client.call_tool("agent", {"task": "freeze"}, progress_callback=progress)
+
+
+@pytest.mark.parametrize("moment", ["idle", "mid_call"])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+async def test_serve_http_stops_on_a_signal_after_its_children(
+    tmp_path: Path, marker: str, llm: FakeLLM, moment: str, signum: int, code: int
+) -> None:
+    """uvicorn no longer handles the signal itself: no KeyboardInterrupt traceback, no death by the signal raised
+    again, but our exit code and last line, once every family is gone, also with a caller mid-call."""
+    kinds = ("shell", "launcher")
+    environ = openai_env(llm, model=MODEL, base=os.environ)
+    async with serving_http(tmp_path, families(marker, *kinds), environ) as host:
+        await until("every family to start", lambda: len(processes_with(marker)) == 2 * len(kinds))
+        async with anyio.create_task_group() as tg:
+            if moment == "mid_call":  # the launcher's server freezes mid-call: the stop cannot wait for an answer
+                llm.reply(openai_reply(None, ("c1", "launcher__freeze", {})))
+                progress = ProgressLog()
+                tg.start_soon(call_until_cut_off, host.url, progress)
+                await progress.until("call launcher.freeze", BOUND)
+            host.process.send_signal(signum)
+            assert await host.exit_code() == code
+            tg.cancel_scope.cancel()
+        assert processes_with(marker) == []  # every family was ended before meta-agent exited
+        stderr = host.stderr()
+        assert stderr.splitlines()[-1] == f"meta-agent: stopped by {signal.Signals(signum).name}"
+        assert "Traceback" not in stderr
+
+
+async def test_serve_http_a_second_sigint_does_not_skip_stopping_the_children(
+    tmp_path: Path, marker: str, llm: FakeLLM
+) -> None:
+    """uvicorn took a second SIGINT as "force exit", skipping the lifespan shutdown where the children stop."""
+    environ = openai_env(llm, model=MODEL, base=os.environ)
+    async with serving_http(tmp_path, families(marker, "stubborn"), environ) as host:
+        await until("the family to start", lambda: len(processes_with(marker)) == 2)
+        host.process.send_signal(signal.SIGINT)
+        await until("the stop to reach SIGTERM", lambda: '"child_group_signalled"' in host.stderr())
+        host.process.send_signal(signal.SIGINT)
+        assert await host.exit_code() == 130
+        await all_gone(marker)
+        lines = host.stderr().splitlines()
+        assert "meta-agent: still stopping 1 child server: stubborn" in lines
+        assert lines[-1] == "meta-agent: stopped by SIGINT"
+        assert "Traceback" not in host.stderr()
 
 
 # -- meta-agent run and check ----------------------------------------------------------------------------------------

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from conftest import free_port, openai_env, time_entry
+from conftest import fault_entry, free_port, openai_env, time_entry
 from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
 from mcp import Client
+from wire_rules import chat_problem, messages_problems
 
 from meta_agent.children import ChildPool
 from meta_agent.config import Settings
@@ -36,7 +41,7 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
-from meta_agent.providers import make_provider, resolve_provider
+from meta_agent.providers import DETAIL_SHOWN, make_provider, resolve_provider
 from meta_agent.server import build_server
 from meta_agent.toolbox import Toolbox, ToolCaller
 
@@ -226,6 +231,88 @@ async def test_anthropic_errors(llm: FakeLLM, status: int, error: type, message:
         await ask_once("anthropic:claude-sonnet-5-5", anthropic_env(llm))
 
 
+FIELDS = (
+    "messages.1.content",
+    "messages.1.tool_calls.0.id",
+    "messages.1.tool_calls.0.function.arguments",
+    "messages.2.content",
+    "messages.2.tool_call_id",
+    "tools.0.function.parameters",
+    "tool_choice",
+)
+# What llama.cpp's server answers (HTTP 500) to a request its pydantic model refuses: one field on each other line.
+PYDANTIC_ERRORS = "7 validation errors:\n" + "".join(
+    f"  {field}\n    Input should be a valid string [type=string_type, input_type=NoneType]\n" for field in FIELDS
+)
+ONE_LINE = " ".join(PYDANTIC_ERRORS.split())
+
+
+def pydantic_500(llm: FakeLLM, form: str, tries: int = 3) -> None:
+    """Queue the 500 for every try, its body the message as an error object, a JSON string, or plain text."""
+    for _ in range(tries):
+        if form == "error object":
+            llm.reply(error_body(PYDANTIC_ERRORS, "server_error"), 500, **FAST_RETRY)
+        elif form == "JSON string":
+            llm.reply_raw(json.dumps(PYDANTIC_ERRORS).encode(), 500, **FAST_RETRY)
+        else:
+            llm.reply_raw(PYDANTIC_ERRORS.encode(), 500, content_type="text/plain", **FAST_RETRY)
+
+
+@pytest.mark.parametrize("form", ["error object", "JSON string", "plain text"])
+@pytest.mark.parametrize("spec", ["openai:fake-model", "anthropic:claude-sonnet-5-5"])
+async def test_the_servers_whole_message_is_one_line_naming_every_field(llm: FakeLLM, spec: str, form: str) -> None:
+    pydantic_500(llm, form)
+    with pytest.raises(ProviderUnavailable) as caught:
+        await ask_once(spec, anthropic_env(llm) if spec.startswith("anthropic") else openai_env(llm))
+    assert str(caught.value) == f"{spec}: the provider failed (HTTP 500) after retries: {ONE_LINE}"
+    assert all(field in str(caught.value) for field in FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "detail"),
+    [
+        (404, {"detail": "Not Found"}, "Not Found"),  # FastAPI, e.g. llama.cpp's server for a path it lacks
+        (
+            422,
+            {"detail": [{"loc": ["body", "messages", 1, "content"], "msg": "Input should be a valid string"}]},
+            "body.messages.1.content: Input should be a valid string",
+        ),
+        (400, {"error": "model 'qwen9' not found"}, "model 'qwen9' not found"),  # Ollama
+        (400, {"oops": [1, 2]}, '{"oops": [1, 2]}'),  # a shape nobody told us about: shown as it is
+        (400, {"error": {"message": "x" * 3000}}, f"{'x' * (DETAIL_SHOWN - 1)}…"),
+    ],
+)
+async def test_an_error_body_of_any_shape_is_read(llm: FakeLLM, status: int, body: dict[str, Any], detail: str) -> None:
+    llm.reply(body, status)
+    with pytest.raises(ProviderBadRequest) as caught:
+        await ask_once("openai:fake-model", openai_env(llm))
+    assert str(caught.value) == f"openai:fake-model: the request was refused (HTTP {status}): {detail}"
+
+
+async def test_the_tool_error_the_trace_and_meta_agent_run_say_the_same_whole_line(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    expected = f"openai:fake-model: the provider failed (HTTP 500) after retries: {ONE_LINE}"
+    pydantic_500(llm, "error object")
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path)
+    async with Client(build_server(settings, {}, openai_env(llm))) as client:
+        result = await client.call_tool("agent", {"task": "t"})
+    run_id = result.structured_content["run_id"]  # type: ignore[index]
+    assert result.is_error and result.content[0].text == f"{expected} (run_id {run_id})"  # type: ignore[union-attr]
+    last = json.loads((tmp_path / f"{run_id}.jsonl").read_text().splitlines()[-1])
+    assert (last["kind"], last["error"]) == ("run_failed", expected)
+
+    pydantic_500(llm, "error object")
+    config = tmp_path / "servers.json"
+    config.write_text('{"mcpServers": {}}')
+    environ = openai_env(llm, model="openai:fake-model", base=os.environ)
+    command = [sys.executable, "-m", "meta_agent", "run", "t", "--config", str(config)]
+    with anyio.fail_after(60):
+        done = await anyio.run_process(command, env=environ, check=False)
+    last_line = done.stderr.decode().splitlines()[-1]
+    assert done.returncode == 1 and last_line.startswith(f"meta-agent: {expected} (run_id "), last_line
+
+
 @pytest.mark.parametrize("spec", ["anthropic:claude-sonnet-5-5", "openai:fake-model"])
 @pytest.mark.parametrize("body", [b'{"id": "x", "content": [', b"[1, 2]", b'{"content": "not blocks", "choices": 3}'])
 async def test_a_malformed_answer_is_a_provider_error(llm: FakeLLM, spec: str, body: bytes) -> None:
@@ -291,7 +378,7 @@ async def test_an_error_body_sent_with_status_200_is_that_error(llm: FakeLLM, ve
     spec = "anthropic:claude-sonnet-5-5" if vendor == "anthropic" else "openai:fake-model"
     with pytest.raises(ProviderError) as caught:
         await ask_once(spec, anthropic_env(llm) if vendor == "anthropic" else openai_env(llm))
-    assert str(caught.value) == f"{spec}: the provider answered with an error: quota exceeded"
+    assert str(caught.value) == f"{spec}: the provider answered with an error: quota exceeded for this month"
 
 
 async def test_a_text_answer_is_quoted_in_the_error(llm: FakeLLM) -> None:
@@ -321,9 +408,11 @@ async def test_what_openai_compatible_servers_legitimately_vary_is_read(llm: Fak
         first, second = await provider.complete(request), await provider.complete(request)
     finally:
         await provider.aclose()
+    made_up = first.tool_calls[0].id  # for the call with no id; unique (test_a_conversation_goes_on_with_...)
+    assert re.fullmatch(r"call_[0-9a-f]{24}", made_up)
     assert first == ModelResponse(
         tool_calls=(
-            ToolCall(id="call_0", name="f__echo", arguments={"text": "as an object"}),
+            ToolCall(id=made_up, name="f__echo", arguments={"text": "as an object"}),
             ToolCall(id="c2", name="f__echo", arguments={}),
         )
     )
@@ -460,3 +549,61 @@ async def test_anthropic_gets_no_empty_text_blocks(llm: FakeLLM) -> None:
     messages = llm.requests[0].body["messages"]
     assert messages[0]["content"] == [{"type": "text", "text": "(empty message)"}]
     assert messages[2]["content"][0]["content"] == [{"type": "text", "text": "(no output)"}]
+
+
+# -- a conversation that one vendor began and the other goes on with --------------------------------------------------
+
+# What each vendor's answers put in a transcript that the other must be able to take.
+VENDOR_TURNS: dict[str, tuple[str, list[dict[str, Any]]]] = {
+    "openai": (  # calls with no id in two steps, reasoning without a signature, then an answer with no content
+        "openai:fake-model",
+        [
+            openai_reply(None, (None, "f__echo", {"text": "a"}), (None, "f__echo", {"text": "b"}), reasoning="hm"),
+            openai_reply(None, (None, "f__echo", {"text": "c"}), reasoning="and so"),
+            openai_reply(None),
+        ],
+    ),
+    "anthropic": (  # signed and redacted thinking beside tool use, then an answer with no content blocks
+        "anthropic:claude-sonnet-5-5",
+        [
+            anthropic_reply(
+                {"type": "thinking", "thinking": "hm", "signature": "sig-1"},
+                {"type": "tool_use", "id": "toolu_1", "name": "f__echo", "input": {"text": "a"}},
+            ),
+            anthropic_reply(
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "tool_use", "id": "toolu_2", "name": "f__echo", "input": {"text": "b"}},
+            ),
+            anthropic_reply(),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize(("first", "then"), [("openai", "anthropic"), ("anthropic", "openai")])
+async def test_a_conversation_goes_on_with_the_other_vendor(tmp_path: Path, first: str, then: str) -> None:
+    """Each turn through our real server and a saved conversation; the fake endpoint refuses what the vendors (and
+    llama.cpp's server) refuse, and every request it got is checked again here."""
+    conversation: dict[str, str] = {}
+    with FakeLLM(strict=True) as llm:
+        environ = {**openai_env(llm), **anthropic_env(llm)}
+        for vendor in (first, then):
+            model, replies = VENDOR_TURNS[vendor]
+            for reply in replies:
+                llm.reply(reply)
+            settings = Settings(model=model, conversations_db=tmp_path / "c.sqlite3", trace_dir=tmp_path / "traces")
+            async with Client(build_server(settings, {"f": fault_entry()}, environ)) as client:
+                result = await client.call_tool("agent", {"task": f"go on with {vendor}", **conversation})
+            assert not result.is_error, result.content
+            assert result.structured_content is not None and result.structured_content["stop_reason"] == "final"
+            conversation = {"conversation_id": result.structured_content["conversation_id"]}
+    chats = [seen.body for seen in llm.requests if seen.path == "/v1/chat/completions"]
+    messages = [seen.body for seen in llm.requests if seen.path == "/v1/messages"]
+    assert (len(chats), len(messages)) == (3, 3)
+    assert [chat_problem(body) for body in chats] == [None] * 3
+    assert [messages_problems(body) for body in messages] == [[]] * 3
+    # The other vendor was sent the whole first turn: every one of its tool calls, answered.
+    last = (chats if then == "openai" else messages)[-1]["messages"]
+    blocks = [block for m in last if isinstance(m["content"], list) for block in m["content"]]
+    results = [m for m in last if m["role"] == "tool"] or [b for b in blocks if b["type"] == "tool_result"]
+    assert len(results) == 3 + 2  # three calls of the OpenAI turn, two of the Anthropic one

@@ -18,12 +18,13 @@ from typing import Any
 import anyio
 import pytest
 from conftest import FAULT_SERVER, fault_entry, openai_env
-from fake_llm import FakeLLM, openai_reply
+from fake_llm import FakeLLM, error_body, openai_reply
 from test_cli import processes_with
 
 from meta_agent.cli import main
 from meta_agent.config import Settings
 from meta_agent.engine import Engine
+from meta_agent.errors import ProviderBadRequest
 
 RUN_ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"  # a ULID no real run has
 WAIT = 60.0  # bound on a real subprocess reaching a state on a loaded 2-core machine
@@ -168,6 +169,27 @@ async def test_a_line_separator_inside_a_text_does_not_cut_its_record(
     code, out, err = runs_cli("show", result.run_id)
     assert code == 0 and err == []
     assert "  returned: one two three" in out
+
+
+@pytest.mark.anyio
+async def test_a_failed_run_is_listed_with_what_it_had_done(
+    tmp_path: Path, llm: FakeLLM, runs_cli: Callable[..., Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its first step ran (12 + 7 tokens); the model refused the second turn."""
+    llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "hello"}), usage=(12, 7)))
+    llm.reply(error_body("context too long"), 400)
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path, conversations_db=tmp_path / "c.db")
+    async with Engine(settings, {"f": fault_entry()}, openai_env(llm)) as engine:
+        with pytest.raises(ProviderBadRequest):
+            await engine.run("echo", mode="agent")
+    capsys.readouterr()  # the run's log lines
+    code, out, err = runs_cli()
+    assert code == 0 and err == []
+    assert out[1].split()[3:8] == ["error", "1", "step", "19", "tokens"]
+    code, out, err = runs_cli("show", out[1].split()[0])
+    assert code == 0 and err == []
+    refused = "openai:fake-model: the request was refused (HTTP 400): context too long"
+    assert out[-2] == f"failed · 1 model call, 1 tool call, 19 tokens · {refused}"
 
 
 # -- a run killed mid-way ----------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from fake_llm import FakeLLM, anthropic_reply, error_body, images_reply, openai_
 from fault_server import TINY_PNG
 from mcp import Client
 from structlog.testing import capture_logs
+from test_cli import processes_with
 
 from meta_agent import runs, trustfile
 from meta_agent.config import ServerEntry, Settings
@@ -32,6 +34,8 @@ from meta_agent.toolbox import definition_of
 pytestmark = pytest.mark.anyio
 ERAS = ["2026-07-28", "legacy"]
 PNG = base64.b64encode(TINY_PNG).decode()
+# The fake endpoint is a local server: there image_gen is offered only with an image model set explicitly.
+IMAGE_MODEL = "openai:gpt-image-2.5-flare"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +58,7 @@ SERVERS = {
 @pytest.fixture(scope="module", params=ERAS)
 async def client(request: pytest.FixtureRequest, llm: FakeLLM) -> AsyncIterator[Client]:
     """One server (its children started once) per era for the module."""
-    server = build_server(Settings(model="openai:fake-model"), SERVERS, openai_env(llm))
+    server = build_server(Settings(model="openai:fake-model", image_model=IMAGE_MODEL), SERVERS, openai_env(llm))
     mode = "legacy" if request.param == "legacy" else "auto"
     async with Client(server, mode=mode) as connected:
         assert connected.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
@@ -175,6 +179,7 @@ async def test_bad_arguments_are_one_line_tool_errors(client: Client, arguments:
         ),
         ("agent", {"task": "t", "max_step": 3}, "max_step: unknown argument of agent (did you mean 'max_steps'?)"),
         ("ask", {"prompt": "p", "color": "red"}, "color: unknown argument of ask (its arguments: prompt, tools)"),
+        ("ask", {"prompt": "p", "a\nb": 1}, "'a\\nb': unknown argument of ask (its arguments: prompt, tools)"),
         (
             "plan",
             {"tools": 5, "max_steps": None},
@@ -189,6 +194,22 @@ async def test_every_argument_error_is_one_line_naming_the_argument(
     result = await client.call_tool(tool, arguments)
     assert result.is_error
     assert text_of(result) == message
+
+
+async def test_our_result_failing_its_own_schema_is_no_argument_error(
+    client: Client, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection (a bug cannot be had for real): a structured result of ours that breaks the output schema is
+    the SDK's crash report, not an error blaming the caller's arguments."""
+    from meta_agent import server as front
+
+    def broken(result: Any) -> t.CallToolResult:
+        return t.CallToolResult(content=[t.TextContent(type="text", text="x")], structured_content={"answer": 1})
+
+    monkeypatch.setattr(front, "_run_result", broken)
+    llm.reply(openai_reply("fine"))
+    result = await client.call_tool("agent", {"task": "t"})
+    assert result.is_error and text_of(result) == "Error executing tool agent"
 
 
 async def test_a_provider_outage_is_a_tool_error_naming_the_run(client: Client, llm: FakeLLM) -> None:
@@ -375,12 +396,14 @@ async def test_no_model_configured_says_what_to_set() -> None:
     assert text_of(result).startswith("no model is configured: set META_AGENT_MODEL")
 
 
-async def test_no_image_backend_is_a_clear_error() -> None:
+async def test_without_an_image_backend_image_gen_is_withheld_saying_why() -> None:
     server = build_server(Settings(), {}, {})
     async with Client(server) as client:
-        result = await client.call_tool("image_gen", {"prompt": "x"})
-    assert result.is_error
-    assert "OPENAI_API_KEY" in text_of(result) and "\n" not in text_of(result)
+        assert {tool.name for tool in (await client.list_tools()).tools} == {"ask", "plan", "agent"}
+        resource = await client.read_resource("meta-agent://toolbox")
+    [image_gen] = json.loads(resource.contents[0].text)["tools"]  # type: ignore[union-attr]
+    assert (image_gen["name"], image_gen["enabled"]) == ("image_gen", False)
+    assert "OPENAI_API_KEY" in image_gen["withheld"] and "\n" not in image_gen["withheld"]
 
 
 async def test_internal_tools_can_be_switched_off() -> None:
@@ -476,7 +499,7 @@ async def test_a_run_waits_only_for_the_children_its_tools_need(era: str, llm: F
     while that child is still starting (it would have given up by then, had the run waited for it)."""
     with never_answering_url() as url:
         servers = {"f": fault_entry(), "mute": ServerEntry(url=url)}
-        settings = Settings(model="openai:fake-model")
+        settings = Settings(model="openai:fake-model", image_model=IMAGE_MODEL)
         server = build_server(settings, servers, openai_env(llm), start_timeout=PATIENT_START)
         async with Client(server, mode="legacy" if era == "legacy" else "auto") as client:
             for tool, arguments in [
@@ -499,7 +522,8 @@ async def test_a_run_waits_only_for_the_children_its_tools_need(era: str, llm: F
 async def test_a_run_that_needs_a_never_answering_child_waits_its_start_timeout_then_says_why(llm: FakeLLM) -> None:
     with never_answering_url() as url:
         servers = {"mute": ServerEntry(url=url)}
-        server = build_server(Settings(model="openai:fake-model"), servers, openai_env(llm), start_timeout=1)
+        settings = Settings(model="openai:fake-model", image_model=IMAGE_MODEL)
+        server = build_server(settings, servers, openai_env(llm), start_timeout=1)
         async with Client(server) as client:
             for pattern in ["mute.*", "m*.*", "*e.nothing"]:
                 result = await client.call_tool("agent", {"task": "t", "tools": [pattern]})
@@ -511,6 +535,21 @@ async def test_a_run_that_needs_a_never_answering_child_waits_its_start_timeout_
             llm.reply(openai_reply("fine"))
             assert text_of(await client.call_tool("agent", {"task": "t"})) == "fine"
             assert [tool["function"]["name"] for tool in llm.requests[-1].body["tools"]] == ["image_gen"]
+
+
+async def test_a_failed_start_is_told_at_the_start_timeout_not_once_the_child_is_stopped(llm: FakeLLM) -> None:
+    """A child that never answers and ignores SIGTERM takes seconds to stop after giving up its start (stdin closed,
+    SIGTERM, then SIGKILL, 2 s apart): the run hears of the failed start at the timeout, while the child is still
+    being stopped, so it waits no longer than the start timeout."""
+    marker = f"marker-{uuid.uuid4().hex}"
+    servers = {"mute": fault_entry("--never-start", "--stubborn", "--name", marker)}
+    server = build_server(Settings(model="openai:fake-model"), servers, openai_env(llm), start_timeout=1)
+    async with Client(server) as client:
+        result = await client.call_tool("agent", {"task": "t", "tools": ["mute.*"]})
+        assert processes_with(marker), "the run waited until the child was stopped"
+        assert text_of(result) == (
+            "tools: pattern 'mute.*' matches no tool (server 'mute' is restarting: no answer within 1 s)"
+        )
 
 
 # -- conversations and trust: state that must not be lost or trusted wrongly ------------------------------------------
@@ -547,8 +586,12 @@ async def test_concurrent_turns_of_one_conversation_are_serialised(llm: FakeLLM,
         first = await client.call_tool("agent", {"task": "remember <t0>"})
         conversation = first.structured_content["conversation_id"]  # type: ignore[index]
 
+        waiting = ProgressLog()
+        server.engine_holder["engine"].conversations.wait_notice = 0.05  # type: ignore[attr-defined]
+
         async def turn(tag: str) -> None:
-            results[tag] = await client.call_tool("agent", {"task": f"turn {tag}", "conversation_id": conversation})
+            arguments = {"task": f"turn {tag}", "conversation_id": conversation}
+            results[tag] = await client.call_tool("agent", arguments, progress_callback=waiting if tag == "<B>" else None)
 
         llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/a"})), match="<A>")
         llm.reply(openai_reply("A done"), match="<A>")
@@ -562,6 +605,7 @@ async def test_concurrent_turns_of_one_conversation_are_serialised(llm: FakeLLM,
                     "<B>" in json.dumps(seen.body) for seen in llm.requests
                 ):
                     await anyio.sleep(0.01)  # until B waits for A (or, wrongly, runs beside it)
+                await waiting.until("waiting · for the conversation's previous turn")  # B's caller hears it waits
                 user.may_answer.set()
         assert [text_of(results[tag]) for tag in ("<A>", "<B>")] == ["A done", "B done"]
         turn_a = [("user", "turn <A>"), ("assistant", ""), ("tool", "deleted /a"), ("assistant", "A done")]

@@ -213,6 +213,30 @@ async def test_http_security(http_server: tuple[str, ServerLog]) -> None:
         assert await status({**modern, "Origin": "http://evil.example"}) == 403
 
 
+async def test_health_answers_any_host_and_tells_details_only_to_an_allowed_one(
+    http_server: tuple[str, ServerLog],
+) -> None:
+    """A probe names the server by an address of its own (a pod's IP): it hears that the server is up, and no more.
+    The version and the children go only to a Host and Origin the guard answers, with the token."""
+    url, _ = http_server
+    port = url.rsplit(":", 1)[1]
+    token = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx2.AsyncClient() as http:
+
+        async def health(headers: dict[str, str]) -> tuple[int, Any]:
+            response = await http.get(f"{url}/health", headers=headers)
+            return response.status_code, response.json()
+
+        for host in [f"10.1.2.3:{port}", "evil.example", f"localhost.evil.example:{port}"]:
+            assert await health({"Host": host}) == (200, {"status": "ok"}), host
+            assert await health({"Host": host, **token}) == (200, {"status": "ok"}), host
+        hostile_origin = {"Origin": "http://evil.example", **token}
+        assert await health(hostile_origin) == (200, {"status": "ok"})
+        for host in [f"127.0.0.1:{port}", f"LOCALHOST:{port}"]:
+            status, body = await health({"Host": host, **token})
+            assert (status, body["version"], set(body["children"])) == (200, __version__, {"f", "every"}), host
+
+
 def test_http_binds_loopback_by_default(http_server: tuple[str, ServerLog]) -> None:
     """The server was started without --host: its listening socket is on 127.0.0.1 only."""
     port = int(http_server[0].rsplit(":", 1)[1])
@@ -284,7 +308,6 @@ HOSTILE_HOSTS = [
     "localhost:{port}:{port}",
     "localhost:0{port}",
     "localhost:99999",
-    "LOCALHOST:{port}",
     "localhost.:{port}",
     "localhost:",
     "evil.example",
@@ -294,7 +317,7 @@ HOSTILE_HOSTS = [
     "[::2%eth0]",
 ]
 ALLOWED = ["127.0.0.1:{port}", "localhost", "localhost:{port}", "[::1]:{port}", "mcp.example.com", "[::2]:1"]
-ALLOWED += ["mcp.example.com:443", "proxy.example:9000"]
+ALLOWED += ["mcp.example.com:443", "proxy.example:9000", "LOCALHOST:{port}", "Mcp.Example.COM", "[::2]"]
 HOSTILE_ORIGINS = [
     "http://evil.example",
     "http://localhost:80@evil.example",
@@ -306,19 +329,18 @@ HOSTILE_ORIGINS = [
     "http://localhost/",
     "http://user@localhost",
     "ftp://localhost",
-    "HTTP://LOCALHOST",
     "http://localhost:{port}:{port}",
     "http://localhost.",
     "http://proxy.example",
 ]
 ALLOWED_ORIGINS = ["http://localhost:{port}", "https://127.0.0.1", "http://[::1]:6274", "https://mcp.example.com"]
-ALLOWED_ORIGINS += ["http://proxy.example:9000"]
-ROUTES = [("/health", "any"), ("/mcp", "legacy"), ("/mcp", "2026-07-28")]
+ALLOWED_ORIGINS += ["http://proxy.example:9000", "HTTP://LOCALHOST"]
+ROUTES = [("/mcp", "legacy"), ("/mcp", "2026-07-28"), ("/elsewhere", "any")]
 
 
 def test_host_and_origin_are_compared_exactly(http_server: tuple[str, ServerLog]) -> None:
-    """Over real HTTP, on /health and on /mcp in both eras: a hostile Host gets 421 and a hostile Origin 403, while
-    the names the server answers to (loopback, --allowed-host) pass."""
+    """Over real HTTP, on /mcp in both eras and on any other path but /health: a hostile Host gets 421 and a hostile
+    Origin 403, while the names the server answers to (loopback, --allowed-host; in any case) pass."""
     url, _ = http_server
     port = url.rsplit(":", 1)[1]
     local = ("Host", f"127.0.0.1:{port}")

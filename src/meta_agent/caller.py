@@ -63,7 +63,7 @@ def unknown_argument(tool: str, arguments: Mapping[str, Any], schema: Mapping[st
         return None
     close = difflib.get_close_matches(unknown, known, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"its arguments: {', '.join(known)}"
-    return f"{unknown}: unknown argument of {tool} ({hint})"
+    return f"{_shown(unknown)}: unknown argument of {tool} ({hint})"
 
 
 def argument_error(tool: str, exc: ValidationError) -> str:
@@ -87,5 +87,10 @@ def _path(loc: tuple[int | str, ...]) -> str:
     """`tools[0]` for the first item of `tools`."""
     path = ""
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        path += f"[{part}]" if isinstance(part, int) else (f".{_shown(part)}" if path else _shown(part))
     return path
+
+
+def _shown(name: str) -> str:
+    """An argument's name as the caller sent it, quoted unless it is a plain name: one line, whatever it holds."""
+    return name if name.isidentifier() else repr(name)[:GOT_SHOWN]

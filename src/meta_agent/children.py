@@ -26,6 +26,7 @@ import httpx2
 import mcp.types as t
 import pydantic
 import structlog
+from anyio.abc import TaskStatus
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -38,8 +39,9 @@ log = structlog.get_logger("meta_agent.children")
 
 # npm- and uv-launched servers can take several seconds to boot; longer than this is a child that will not start.
 START_TIMEOUT = 30.0
-# A failed start is recorded once the child is stopped, which the SDK's stdio shutdown can stretch by seconds.
-SETTLE_GRACE = 5.0
+# A start given up at its deadline is recorded at once (the child is stopped after); this is only the moment the
+# supervisor takes to get to it, so a wait for a child can never outlast its start timeout by more.
+SETTLE_GRACE = 1.0
 # The first retry comes quickly (a crash is often a one-off); later ones back off to spare a crash-looping child.
 BACKOFF_FIRST = 0.5
 BACKOFF_CAP = 30.0
@@ -106,6 +108,7 @@ class ChildServer:
         self.start_timeout = start_timeout
         self.on_change = on_change
         self.settled = anyio.Event()  # set once the first attempt has succeeded or failed
+        self.start_deadline: float | None = None  # when the current attempt gives up its start (anyio's clock)
         self._state: ChildState = "disabled" if entry.disabled else "starting"
         self._client: Client | None = None
         self._tools: tuple[t.Tool, ...] = ()
@@ -229,11 +232,15 @@ class ChildServer:
         self._http_status = None
         self._stderr.clear()
         started = time.monotonic()
+        self.start_deadline = anyio.current_time() + self.start_timeout
         try:
-            with anyio.CancelScope(deadline=anyio.current_time() + self.start_timeout) as start_scope:
+            async with anyio.create_task_group() as tg:
+                timer = await tg.start(self._give_up_start, tg.cancel_scope)
                 async with self._open() as client:
                     tools = await _list_all_tools(client)
-                    start_scope.deadline = float("inf")
+                    timer.cancel()
+                    if self._lost.is_set():  # the deadline came as the answer did: the start was given up already
+                        return
                     self._connected_at = time.monotonic()
                     self._start_seconds = self._connected_at - started
                     self._client = client
@@ -245,13 +252,23 @@ class ChildServer:
                     self.settled.set()
                     log.info("child_ready", server=self.name, tools=len(self._tools), seconds=self._start_seconds)
                     await self._serve(client)
-            if start_scope.cancelled_caught:
-                self._down(self._start_failure(f"no answer within {self.start_timeout:g} s"))
         except Exception as exc:  # the SDK raises anything from OSError to ExceptionGroup; all end this connection
             self._down(self._describe_failure(exc))
         finally:
             self._client = None
             self._tools = ()
+
+    async def _give_up_start(
+        self, starting: anyio.CancelScope, *, task_status: TaskStatus[anyio.CancelScope] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """At the start deadline, record the failed start, then cancel `starting`: stopping the child's processes
+        can take seconds more (stdio_child.py), and whoever waits for the child should not wait that out too."""
+        with anyio.CancelScope() as timer:
+            task_status.started(timer)
+            assert self.start_deadline is not None
+            await anyio.sleep_until(self.start_deadline)
+            self._down(self._start_failure(f"no answer within {self.start_timeout:g} s"))
+            starting.cancel()
 
     async def _serve(self, client: Client) -> None:
         """While connected: probe or re-list when asked, until the connection is lost."""
@@ -571,9 +588,11 @@ class ChildPool:
         await self._tg.__aexit__(None, None, None)
 
     async def wait_settled(self, names: Iterable[str] | None = None) -> None:
-        """Wait until each child of `names` (default: every child) has connected or failed once. Its supervisor
-        gives up on a start after the child's start timeout; this waits a little longer at most, never forever."""
-        now = anyio.current_time()
+        """Wait until each child of `names` (default: every child) has connected or failed once: at most until the
+        start deadline of its current attempt (its start timeout from when that attempt began), never forever."""
         for child in self if names is None else (self.children[name] for name in names):
-            with anyio.CancelScope(deadline=now + child.start_timeout + SETTLE_GRACE):
+            deadline = child.start_deadline
+            if deadline is None:  # its supervisor has not begun the first attempt yet: it does so at once
+                deadline = anyio.current_time() + child.start_timeout
+            with anyio.CancelScope(deadline=deadline + SETTLE_GRACE):
                 await child.settled.wait()

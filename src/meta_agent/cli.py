@@ -150,9 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), EXIT_USAGE)
     default_level = "info" if args.command == "serve" else "warning"
     configure_logging(getattr(args, "log_level", None) or settings.log_level or default_level)
-    if args.command == "serve" and args.transport == "http":
-        return _serve_http(args, settings, servers)
-    command = {"serve": _serve_stdio, "run": _run, "tools": _tools, "check": _check, "trust": _trust}[args.command]
+    serve = _serve_http if getattr(args, "transport", None) == "http" else _serve_stdio
+    command = {"serve": serve, "run": _run, "tools": _tools, "check": _check, "trust": _trust}[args.command]
     return _quietly_on_a_closed_pipe(anyio.run, _until_signalled, command, args, settings, servers)
 
 
@@ -220,9 +219,8 @@ async def _serve_stdio(args: argparse.Namespace, settings: Settings, servers: di
     return 0
 
 
-def _serve_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
-    import uvicorn
-
+async def _serve_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    from meta_agent.http_front import StartupFailed, serve_http
     from meta_agent.server import build_server, http_app
 
     try:
@@ -238,14 +236,15 @@ def _serve_http(args: argparse.Namespace, settings: Settings, servers: dict[str,
         return _fail(str(exc), EXIT_USAGE)
     host, port = sockets[0].getsockname()[:2]
     log.info("serving_http", url=f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp")
-    # uvicorn handles SIGINT/SIGTERM itself: it stops serving, then the lifespan stops the children.
-    config = uvicorn.Config(app, log_config=None, lifespan="on")
-    uvicorn.Server(config).run(sockets=sockets)
+    try:
+        await serve_http(app, sockets)
+    except StartupFailed:
+        return _fail("serve: the server failed to start (the log above says why)", EXIT_FAILED)
     return 0
 
 
 def _listening_sockets(host: str, port: int) -> list[socket.socket]:
-    """A listening socket on each address of `host` (one with IPv4 and IPv6 for localhost).
+    """A listening socket on each address of `host` (one with IPv4 and IPv6 for localhost; `::` takes both).
 
     Raises:
         ConfigError: the port is out of range, the host does not resolve, or an address cannot be listened on (the
@@ -258,14 +257,16 @@ def _listening_sockets(host: str, port: int) -> list[socket.socket]:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise ConfigError(f"--host: cannot resolve {host!r}: {exc.strerror}") from None
+    # An IPv4 address of the host gets a socket of its own; without one, an IPv6 socket also takes IPv4 (`::`).
+    with_ipv4 = any(family == socket.AF_INET for family, *_ in addresses)
     sockets: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in addresses:
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
-            if family == socket.AF_INET6:  # as uvicorn binds: an IPv4 address of the host gets its own socket
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            _exclusive_port(sock)
+            if family == socket.AF_INET6:
+                _only_ipv6(sock, with_ipv4)
             try:
                 sock.bind(address)
             except OSError as exc:
@@ -282,6 +283,25 @@ def _listening_sockets(host: str, port: int) -> list[socket.socket]:
     if not sockets:
         raise ConfigError(f"--host: cannot listen on {where}: none of its addresses is this machine's")
     return sockets
+
+
+def _exclusive_port(sock: socket.socket) -> None:
+    """Binding fails on a port another socket listens on, but a restart need not wait out TIME_WAIT."""
+    if sys.platform == "win32":
+        # There SO_REUSEADDR lets a bind succeed on a port another server listens on; this makes it fail instead.
+        # No test covers it: the tests run on Linux only.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_EXCLUSIVEADDRUSE, 1)
+    else:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+
+def _only_ipv6(sock: socket.socket, only: bool) -> None:
+    """Set IPV6_V6ONLY either way: the default differs between systems (on Windows, IPv6 only)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(only))
+    except OSError:
+        if only:
+            raise  # else a system without dual-stack sockets (OpenBSD): the socket stays IPv6-only
 
 
 # -- run -----------------------------------------------------------------------------------------------------------
@@ -339,7 +359,7 @@ async def _tools(args: argparse.Namespace, settings: Settings, servers: dict[str
         if args.json:
             print(json.dumps(engine.describe(), indent=2))
         else:
-            print_toolbox(engine.toolbox(), engine.pool, sys.stdout)
+            print_toolbox(engine.toolbox(), engine.pool, sys.stdout, engine.withheld)
     if engine.trust_problem:  # bad input, though the toolbox above shows the levels that apply meanwhile
         return _fail(engine.trust_problem, EXIT_USAGE)
     return 0

@@ -322,8 +322,8 @@ class Settings(BaseSettings):
 
     config: Path = DEFAULT_CONFIG
     model: str | None = None
-    # design.md names gpt-image-1, which the installed openai SDK marks as shut down; its named successor instead.
-    image_model: str = "openai:gpt-image-2.5-flare"
+    # None: image_gen's default model (image_gen.DEFAULT_IMAGE_MODEL), offered against OpenAI itself only.
+    image_model: str | None = None
     max_steps: int = Field(default=10, ge=1)
     max_steps_ceiling: int = Field(default=50, ge=1)
     token_budget: int = Field(default=200_000, ge=1)

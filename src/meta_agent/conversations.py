@@ -18,7 +18,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +55,8 @@ RENEWALS_PER_LEASE = 3
 # How often a turn waiting for a conversation another process holds looks again; a turn takes seconds.
 WAIT_POLL_SECONDS = 0.1
 NOT_RUN = "not run: the run ended before this tool call was made"
+# A turn waiting for its conversation tells its caller this often (hosts reset their timeout on progress).
+WAIT_NOTICE = 10.0
 SCHEMA = """
 create table if not exists conversations (
     id text primary key,
@@ -71,6 +73,33 @@ ADDED_COLUMNS = (("holder", "text"), ("held_until", "real"))
 TRANSCRIPT: TypeAdapter[tuple[Message, ...]] = TypeAdapter(
     tuple[Annotated[Message, Field(discriminator="role")], ...]  # type: ignore[arg-type]
 )
+
+
+Waiting = Callable[[float], Awaitable[None]]  # told the seconds a turn has waited for its conversation so far
+
+
+async def _told(work: Awaitable[T], waiting: Waiting | None, every: float) -> T:
+    """`await work`, telling `waiting` every `every` seconds how long it has taken so far."""
+    if waiting is None:
+        return await work
+
+    async def tell() -> None:
+        started = anyio.current_time()
+        while True:
+            await anyio.sleep(every)
+            await waiting(anyio.current_time() - started)
+
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tell)
+        try:
+            result = await work
+        except Exception as exc:  # noqa: BLE001  (raised again below, outside the group: not wrapped)
+            failure = exc
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +125,7 @@ class Conversations:
     def __init__(self, path: Path, *, lease_seconds: float = LEASE_SECONDS) -> None:
         """`lease_seconds`: how long a hold lasts past its last renewal (shorter in tests, never past `LONGEST_HOLD`)."""
         self.path = path
+        self.wait_notice = WAIT_NOTICE
         self.lease_seconds = min(lease_seconds, LONGEST_HOLD)
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
@@ -113,9 +143,10 @@ class Conversations:
         return decode(conversation_id, row)
 
     @asynccontextmanager
-    async def turn(self, conversation_id: str | None) -> AsyncIterator[Turn]:
+    async def turn(self, conversation_id: str | None, *, waiting: Waiting | None = None) -> AsyncIterator[Turn]:
         """Hold a conversation for one turn (a new one when `conversation_id` is None): wait while another turn of it
-        runs, in this process or another, then yield its transcript. Leaving lets the next turn go.
+        runs, in this process or another, then yield its transcript. Leaving lets the next turn go. While it waits,
+        `waiting` hears every `WAIT_NOTICE` seconds how long it has waited (a caller's progress).
 
         Raises:
             ConfigError: no conversation has that id, its record cannot be read, or the store cannot be opened.
@@ -123,8 +154,8 @@ class Conversations:
         if conversation_id is None:
             yield Turn(conversation_id=str(ULID()), history=(), holder=None)
             return
-        async with self._local_turn(conversation_id):
-            turn = await self._claim(conversation_id)
+        async with self._local_turn(conversation_id, waiting):
+            turn = await _told(self._claim(conversation_id), waiting, self.wait_notice)
             failure: Exception | None = None
             try:
                 async with anyio.create_task_group() as renewals:
@@ -150,7 +181,8 @@ class Conversations:
             ValueError, RecursionError: the transcript cannot be encoded as JSON.
         """
         kept, dropped = trim(answered(transcript))
-        body = json.dumps(kept, ensure_ascii=False, default=jsonable)
+        # ASCII escapes: a lone surrogate (a model's "\ud800") is no UTF-8, and SQLite would refuse the whole text.
+        body = json.dumps(kept, default=jsonable)
         if turn.holder is None:
             await anyio.to_thread.run_sync(self._in_transaction, _insert, turn.conversation_id, body)
         elif not await anyio.to_thread.run_sync(self._in_transaction, _update, turn, body):
@@ -167,15 +199,18 @@ class Conversations:
                 self._connection = None
 
     @asynccontextmanager
-    async def _local_turn(self, conversation_id: str) -> AsyncIterator[None]:
+    async def _local_turn(self, conversation_id: str, waiting: Waiting | None) -> AsyncIterator[None]:
         """Turns of one conversation in this process, one at a time and in the order they came."""
         lock, users = self._local.get(conversation_id, (anyio.Lock(), 0))
         self._local[conversation_id] = (lock, users + 1)
         if users:
             log.info("conversation_waiting", conversation_id=conversation_id, why="another turn of it is running")
         try:
-            async with lock:
+            await _told(lock.acquire(), waiting, self.wait_notice)
+            try:
                 yield
+            finally:
+                lock.release()
         finally:
             lock, users = self._local[conversation_id]
             if users == 1:

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import structlog
 
+from meta_agent import events as ev
 from meta_agent import trustfile
 from meta_agent.calls import Approver, ArgumentCheck
 from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, ChildStatus, Questions
@@ -22,7 +23,7 @@ from meta_agent.conversations import Conversations, Turn
 from meta_agent.conversations import default_path as default_conversations_path
 from meta_agent.errors import ConfigError, ConversationLost, PatternError
 from meta_agent.events import Event, Mode, RunResult
-from meta_agent.image_gen import INTERNAL_TOOLS, image_gen_tool
+from meta_agent.image_gen import DEFAULT_IMAGE_MODEL, INTERNAL_TOOLS, image_gen_tool, image_gen_withheld
 from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.loop import Emit, RunRequest, run
 from meta_agent.providers import Provider, make_provider, resolve_provider
@@ -32,6 +33,8 @@ from meta_agent.tracing import Redactor, TraceWriter, default_trace_dir, prune_t
 from meta_agent.trustfile import Recorded
 
 log = structlog.get_logger("meta_agent.engine")
+PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
+LEFT_OUT = "META_AGENT_INTERNAL_TOOLS leaves it out"  # why an internal tool switched off is withheld
 
 
 class Engine:
@@ -55,10 +58,9 @@ class Engine:
         """
         self.settings = settings
         self.environ = environ
-        enabled = settings.enabled_internal_tools([tool.name for tool in INTERNAL_TOOLS])
-        self.internal: list[InternalTool] = [
-            image_gen_tool(settings.image_model, environ) for name in enabled if name == "image_gen"
-        ]
+        self.internal, self.withheld = internal_tools(settings, environ)
+        if settings.image_model and self.withheld.get("image_gen", LEFT_OUT) != LEFT_OUT:  # set, yet unusable
+            log.warning("image_gen_withheld", reason=self.withheld["image_gen"])
         self.pool = ChildPool(servers, restart=restart, start_timeout=start_timeout, on_change=self._child_changed)
         self.caller = ToolCaller(self.pool.children, self.internal)
         self._checks = ArgumentCheck()  # validators outlive a run: building one costs more than a step
@@ -120,12 +122,18 @@ class Engine:
         toolbox = self.toolbox()
         return {
             "servers": [_status_json(child) for child in self.pool],
-            "tools": [_tool_json(spec) for spec in toolbox.tools],
+            "tools": [_tool_json(spec) for spec in toolbox.tools]
+            + [_tool_json(spec, self.withheld[spec.name]) for spec in self.withheld_specs()],
             "problems": list(toolbox.problems),
             "trust_file": None
             if self._trust_file is None
             else {"path": str(self._trust_file), "problem": self.trust_problem},
         }
+
+    def withheld_specs(self) -> list[ToolSpec]:
+        """The internal tools withheld (`self.withheld` says why), as the toolbox would list them."""
+        declared = [tool for tool in INTERNAL_TOOLS if tool.name in self.withheld]
+        return list(Toolbox.build(declared, (), self._recorded, trust_problem=self.trust_problem).tools)
 
     def internal_tool(self, name: str) -> InternalTool | None:
         return next((tool for tool in self.internal if tool.name == name), None)
@@ -155,7 +163,12 @@ class Engine:
             ProviderError: no model is configured, or the provider failed.
         """
         limits = self._limits(mode, max_steps, token_budget)
-        async with self.conversations.turn(conversation_id) as turn:
+
+        async def waiting(seconds: float) -> None:  # a turn queued behind another is not a hung call
+            if emit is not None:
+                await emit(ev.Heartbeat(step=0, waiting_for=PREVIOUS_TURN, elapsed_s=seconds))
+
+        async with self.conversations.turn(conversation_id, waiting=waiting) as turn:
             return await self._run_turn(
                 turn,
                 task,
@@ -218,14 +231,22 @@ class Engine:
         return result
 
     async def _remember(self, result: RunResult, turn: Turn) -> RunResult:
-        """The result with the conversation it continues; a store that cannot be written (or a hold lost to another
-        process) costs the conversation id (a warning), never the answer."""
+        """The result with the conversation it continues. A turn that cannot be saved (a store that cannot be
+        written, a hold lost to another process) keeps its answer, with no conversation id and `conversation_error`
+        saying why in one line."""
         try:
             trimmed = await self.conversations.save(turn, result.transcript)
-        except (sqlite3.Error, OSError, ValueError, RecursionError, ConversationLost) as exc:
-            log.warning("conversation_not_saved", path=str(self.conversations.path), error=str(exc))
-            return result
-        return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
+        except ConversationLost as exc:
+            error = str(exc)
+        except (sqlite3.Error, OSError) as exc:
+            error = f"{self.conversations.path}: cannot write the conversations store: {exc}; this turn was not saved"
+        except (ValueError, RecursionError) as exc:
+            error = f"this turn cannot be stored as JSON ({type(exc).__name__}: {exc}); it was not saved"
+        else:
+            return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
+        error = " ".join(error.split())  # one line, whatever the error said
+        log.warning("conversation_not_saved", path=str(self.conversations.path), error=error)
+        return dataclasses.replace(result, conversation_error=error)
 
     def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:
         """The tools of `mode` that `patterns` pick.
@@ -327,7 +348,22 @@ def _not_ready(status: ChildStatus) -> str:
     return f"server {status.name!r} is {status.state}{': ' + status.error if status.error else ''}"
 
 
-def _tool_json(spec: ToolSpec) -> dict[str, Any]:
+def internal_tools(settings: Settings, environ: Mapping[str, str]) -> tuple[list[InternalTool], dict[str, str]]:
+    """The internal tools offered, and why each of the others is withheld (the toolbox lists those too).
+
+    Raises:
+        ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
+    """
+    enabled = settings.enabled_internal_tools([tool.name for tool in INTERNAL_TOOLS])
+    withheld = {tool.name: LEFT_OUT for tool in INTERNAL_TOOLS if tool.name not in enabled}
+    if "image_gen" in enabled and (why := image_gen_withheld(settings.image_model, environ)) is not None:
+        withheld["image_gen"] = why
+    if "image_gen" in withheld:
+        return [], withheld
+    return [image_gen_tool(settings.image_model or DEFAULT_IMAGE_MODEL, environ)], withheld
+
+
+def _tool_json(spec: ToolSpec, withheld: str | None = None) -> dict[str, Any]:
     return {
         "name": spec.name,
         "alias": spec.alias,
@@ -342,7 +378,8 @@ def _tool_json(spec: ToolSpec) -> dict[str, Any]:
         },
         "trust": spec.trust,
         "trust_source": spec.trust_source,
-        "enabled": True,
+        "enabled": withheld is None,
+        "withheld": withheld,
     }
 
 

@@ -53,6 +53,7 @@ class RunResult:
     images: tuple[ImagePart, ...] = ()  # images internal tools made during the run, for the host
     conversation_id: str | None = None
     conversation_trimmed: int = 0  # oldest turns of the conversation dropped to keep it within bounds
+    conversation_error: str | None = None  # why this turn is in no conversation (it could not be saved)
     transcript: tuple[Message, ...] = field(default=(), repr=False)  # the whole conversation so far
 
     def to_json(self) -> dict[str, Any]:
@@ -63,6 +64,7 @@ class RunResult:
             "run_id": self.run_id,
             "conversation_id": self.conversation_id,
             **({"conversation_trimmed": self.conversation_trimmed} if self.conversation_trimmed else {}),
+            **({"conversation_error": self.conversation_error} if self.conversation_error else {}),
             "steps": [
                 {
                     "index": step.index,
@@ -171,8 +173,8 @@ class ChildProgress:
 
 @dataclass(frozen=True, kw_only=True)
 class Heartbeat:
-    step: int
-    waiting_for: str  # "model" or a tool's MCP-facing name
+    step: int  # 0: before the run's first step (a turn queued behind another turn of its conversation)
+    waiting_for: str  # "model", a tool's MCP-facing name, "the user's answer", "the conversation's previous turn"
     elapsed_s: float
     kind: Literal["heartbeat"] = "heartbeat"
 

@@ -3,7 +3,11 @@
 A page on an attacker's site can reach 127.0.0.1 under a DNS name of the attacker's; its requests then carry that
 name in `Host` (and, when scripted across sites, its own `Origin`). So each header is parsed as host[:port]
 (`Origin` as scheme://host[:port]) and the host compared exactly with the allowed names: no prefix or suffix
-matching, nothing before the host or after the port. Names are compared in the lowercase form browsers send.
+matching, nothing before the host or after the port. Names are compared without regard to case (RFC 9110: browsers
+send them lowercase, curl as typed).
+
+/health is not behind the guard: a load balancer's or orchestrator's probe names the server by an address of its own
+(Host: <pod IP>:port). It learns only whether the server is up; the details need a Host the guard `answers`.
 """
 
 from __future__ import annotations
@@ -81,25 +85,39 @@ class HostGuard:
                 return
         await self._app(scope, receive, send)
 
+    def answers(self, scope: Scope) -> bool:
+        """Whether the request's Host and Origin pass (nothing is logged)."""
+        return self._bad_header(scope) is None
+
     def _refusal(self, scope: Scope) -> JSONResponse | None:
+        bad = self._bad_header(scope)
+        if bad is None:
+            return None
+        values = [_text(value) for name, value in scope["headers"] if name == bad]
+        if bad == b"host":
+            log.warning("http_host_refused", host=values)
+            return _error("Host header not allowed (see --allowed-host)", BAD_HOST)
+        log.warning("http_origin_refused", origin=values)
+        return _error("Origin header not allowed (see --allowed-host)", BAD_ORIGIN)
+
+    def _bad_header(self, scope: Scope) -> bytes | None:
+        """b"host" or b"origin" if that header is missing, repeated or not allowed (an Origin may be absent)."""
         hosts = [value for name, value in scope["headers"] if name == b"host"]
         origins = [value for name, value in scope["headers"] if name == b"origin"]
         if len(hosts) != 1 or not self._allows(_text(hosts[0])):
-            log.warning("http_host_refused", host=[_text(value) for value in hosts])
-            return _error("Host header not allowed (see --allowed-host)", BAD_HOST)
+            return b"host"
         if origins and (len(origins) != 1 or not self._allows_origin(_text(origins[0]))):
-            log.warning("http_origin_refused", origin=[_text(value) for value in origins])
-            return _error("Origin header not allowed (see --allowed-host)", BAD_ORIGIN)
+            return b"origin"
         return None
 
     def _allows(self, text: str) -> bool:
-        authority = parse_authority(text)
+        authority = parse_authority(text.lower())
         if authority is None:
             return False
         return authority in self._allowed or Authority(authority.host) in self._allowed
 
     def _allows_origin(self, text: str) -> bool:
-        found = _ORIGIN.fullmatch(text)
+        found = _ORIGIN.fullmatch(text.lower())
         return found is not None and self._allows(found["authority"])
 
 

@@ -2,6 +2,7 @@
 
 The backend is the official `openai` SDK's images API (`META_AGENT_IMAGE_MODEL`, default `openai:gpt-image-2.5-flare`),
 which also reaches OpenAI-compatible servers through `OPENAI_BASE_URL`. Images come back as base64 PNG parts.
+`image_gen_withheld` says where the tool is not offered: most OpenAI-compatible servers have no images endpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from meta_agent.errors import ImageGenError
 from meta_agent.messages import ImagePart, Part, TextPart
@@ -40,6 +42,9 @@ IMAGE_GEN = InternalTool(
 INTERNAL_TOOLS = (IMAGE_GEN,)
 
 WHAT_TO_SET = "set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server"
+# design.md names gpt-image-1, which the installed openai SDK marks as shut down; its named successor instead.
+DEFAULT_IMAGE_MODEL = "openai:gpt-image-2.5-flare"
+OPENAI_HOST = "api.openai.com"  # where the default image model lives
 _ANY_SIZE = re.compile(r"auto|[1-9][0-9]*x[1-9][0-9]*")
 _SIZES_KNOWN = "Image size, one of the listed; the model's default size if absent."
 _PROMPT_SHOWN = 80  # characters of the prompt repeated in the summary line
@@ -100,6 +105,31 @@ def image_gen_tool(image_model: str, environ: Mapping[str, str]) -> InternalTool
         return ToolOutcome(parts=(TextPart(text=summary), *images))
 
     return dataclasses.replace(IMAGE_GEN, input_schema=_schema(limits), run=run)
+
+
+def image_gen_withheld(image_model: str | None, environ: Mapping[str, str]) -> str | None:
+    """Why `image_gen` is not offered, in one line; None where its backend is configured: an explicit
+    META_AGENT_IMAGE_MODEL (`image_model`) with an endpoint, or, for the default model, OpenAI itself (OPENAI_API_KEY
+    set; OPENAI_BASE_URL unset or at api.openai.com). Elsewhere the default model's calls could only fail."""
+    if image_model:
+        try:
+            _backend(image_model, environ)
+        except ImageGenError as exc:
+            return str(exc).removeprefix("image_gen: ")
+        return None
+    base_url = environ.get("OPENAI_BASE_URL") or None
+    host = (urlsplit(base_url).hostname or base_url) if base_url else None
+    if environ.get("OPENAI_API_KEY") and host in (None, OPENAI_HOST):
+        return None
+    if host not in (None, OPENAI_HOST):
+        return (
+            f"META_AGENT_IMAGE_MODEL is not set and OPENAI_BASE_URL points at {host}, not OpenAI: set"
+            " META_AGENT_IMAGE_MODEL=openai:MODEL if that server has an images endpoint"
+        )
+    return (
+        "META_AGENT_IMAGE_MODEL is not set and OPENAI_API_KEY is not set: set OPENAI_API_KEY for OpenAI's images"
+        " API, or META_AGENT_IMAGE_MODEL=openai:MODEL and OPENAI_BASE_URL for an OpenAI-compatible server's"
+    )
 
 
 def _backend(image_model: str, environ: Mapping[str, str]) -> tuple[str, str | None]:

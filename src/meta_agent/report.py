@@ -30,6 +30,8 @@ def describe(event: ev.Event) -> str | None:
         case ev.ChildProgress(step=step, name=name, progress=progress, total=total, message=message):
             told = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
             return f"step {step} · {name}: {_short(told, TEXT_SHOWN)}"
+        case ev.Heartbeat(step=0, waiting_for=what, elapsed_s=elapsed):  # before the run's first step
+            return f"waiting · for {what} ({elapsed:.0f} s)"
         case ev.Heartbeat(step=step, waiting_for=what, elapsed_s=elapsed):
             return f"step {step} · still waiting for {what} ({elapsed:.0f} s)"
         case ev.ApprovalRequested(step=step, name=name, arguments=arguments):

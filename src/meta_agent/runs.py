@@ -105,6 +105,7 @@ class _Finished(_Record):
 
 class _Failed(_Record):
     error: str
+    result: _Result | None = None  # what the run had done; traces of older versions lack it
 
 
 _KINDS: dict[str, type[_Record]] = {
@@ -264,7 +265,7 @@ def _summary(run_id: str, trace: Trace) -> RunSummary | None:
     first, end = trace.started, trace.end
     if first is None:
         return None
-    result = end.result if isinstance(end, _Finished) else None
+    result = end.result if end is not None else None
     status = trace.status
     return RunSummary(
         run_id=run_id,
@@ -329,13 +330,17 @@ def _told(record: _Record) -> list[str]:
         case _Limit():
             return [f"step {step} · limit {record.limit}: last turn without tools"]
         case _Finished():
-            result, usage = record.result, record.result.usage
-            calls = f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')}"
-            tokens = usage.input_tokens + usage.output_tokens
-            return [f"done · {result.stop_reason} · {calls}, {tokens} tokens", f"answer: {_short(result.answer)}"]
+            result = record.result
+            return [f"done · {result.stop_reason} · {_spent(result.usage)}", f"answer: {_short(result.answer)}"]
         case _Failed():
-            return [f"failed · {record.error}"]
+            spent = f" · {_spent(record.result.usage)}" if record.result else ""  # older traces lack the result
+            return [f"failed{spent} · {record.error}"]
     return []
+
+
+def _spent(usage: _Usage) -> str:
+    calls = f"{_count(usage.model_calls, 'model call')}, {_count(usage.tool_calls, 'tool call')}"
+    return f"{calls}, {usage.input_tokens + usage.output_tokens} tokens"
 
 
 def _told_response(record: _Responded) -> list[str]:

@@ -20,11 +20,10 @@ import mcp.types as t
 import structlog
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
@@ -37,7 +36,7 @@ from meta_agent.caller import argument_error, unknown_argument, unless_caller_le
 from meta_agent.calls import Approver
 from meta_agent.children import START_TIMEOUT
 from meta_agent.config import ServerEntry, Settings
-from meta_agent.engine import Engine
+from meta_agent.engine import Engine, internal_tools
 from meta_agent.errors import ConfigError, MetaAgentError
 from meta_agent.events import Mode, RunResult
 from meta_agent.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
@@ -47,6 +46,7 @@ from meta_agent.providers.sampling import SamplingProvider
 
 log = structlog.get_logger("meta_agent.server")
 TOOLBOX_URI = "meta-agent://toolbox"
+NOT_REMEMBERED = "Not saved in a conversation (conversation_id is null): "  # leads conversation_error in the text
 INSTRUCTIONS = (
     "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
     "numbered plan using read-only tools only; `ask` is one model turn; `image_gen` makes images. Long calls report "
@@ -90,6 +90,9 @@ class RunOut(BaseModel):
     run_id: str
     conversation_id: str | None = Field(default=None, description="pass it back to `agent` to continue")
     conversation_trimmed: int = Field(default=0, description="oldest turns dropped to keep the conversation in bounds")
+    conversation_error: str | None = Field(
+        default=None, description="why this turn could not be saved in a conversation (conversation_id is then null)"
+    )
     steps: list[StepOut]
     usage: UsageOut
 
@@ -120,7 +123,9 @@ class MetaAgentServer(MCPServer):
         try:
             result = await unless_caller_leaves(context, partial(super().call_tool, name, arguments, context))
         except ToolError as exc:
-            if isinstance(exc.__cause__, ValidationError):
+            # Only the caller's arguments failing the input schema; an UnexpectedToolError caused by a
+            # ValidationError is ours (a structured result that fails our output schema) and stays a crash.
+            if isinstance(exc.__cause__, ValidationError) and not isinstance(exc, UnexpectedToolError):
                 raise ToolError(argument_error(name, exc.__cause__)) from exc.__cause__
             raise
         # Nobody reads this one: the SDK drops an answer to a closed stream.
@@ -254,7 +259,9 @@ def build_server(
             conversation_id=conversation_id,
         )
 
-    if "image_gen" in settings.enabled_internal_tools(["image_gen"]):
+    # Listed where the model would see it, no further: a tool that can only fail is not offered (the toolbox
+    # resource says why it is withheld).
+    if any(tool.name == "image_gen" for tool in internal_tools(settings, environ)[0]):
 
         @server.tool(
             name="image_gen",
@@ -299,6 +306,8 @@ def _sampling(ctx: Context) -> Provider | None:
 def _run_result(result: RunResult) -> t.CallToolResult:
     content: list[t.ContentBlock] = [t.TextContent(type="text", text=result.answer)]
     content.extend(t.ImageContent(type="image", data=i.data, mime_type=i.mime_type) for i in result.images)
+    if result.conversation_error:  # the answer stands, but a caller must not believe the turn is remembered
+        content.append(t.TextContent(type="text", text=f"{NOT_REMEMBERED}{result.conversation_error}"))
     return t.CallToolResult(content=content, structured_content=result.to_json())
 
 
@@ -331,8 +340,9 @@ def _run_failed(message: str, failed: list[RunResult]) -> t.CallToolResult:
 def http_app(
     server: MCPServer, *, host: str, token: str | None = None, allowed_hosts: tuple[str, ...] = ()
 ) -> Starlette:
-    """Streamable HTTP at /mcp with DNS-rebinding protection (every route), an optional bearer token, and /health
-    (with a token set, only a caller that gives it sees more than whether the server is up).
+    """Streamable HTTP at /mcp with DNS-rebinding protection and an optional bearer token, and /health: whether the
+    server is up for any Host (a probe names the server by its own address); the version and the children only for
+    a Host and Origin the guard answers and, with a token set, a caller that gives it.
 
     Raises:
         ConfigError: `host` or an allowed host is not a host[:port].
@@ -349,12 +359,14 @@ def http_app(
     mcp_app: ASGIApp = server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
     if token:
         mcp_app = _BearerToken(mcp_app, token)
+    guard = HostGuard(mcp_app, frozenset(allowed))
 
     async def health(request: Request) -> JSONResponse:
         engine = server.engine_holder.get("engine")  # type: ignore[attr-defined]
         if engine is None:
             return JSONResponse({"status": "starting"}, status_code=503)
-        if token and not _bearer_matches(dict(request.scope["headers"]).get(b"authorization", b""), token):
+        given = dict(request.scope["headers"]).get(b"authorization", b"")
+        if not guard.answers(request.scope) or (token and not _bearer_matches(given, token)):
             return JSONResponse({"status": "ok"})  # up or not is all a load balancer needs; the rest is for callers
         children = {child.name: child.status.state for child in engine.pool}
         return JSONResponse({"status": "ok", "version": __version__, "children": children})
@@ -364,11 +376,7 @@ def http_app(
         async with server.session_manager.run():  # enters the server's own lifespan: the children start here
             yield
 
-    return Starlette(
-        routes=[Route("/health", health), Mount("/", app=mcp_app)],
-        middleware=[Middleware(HostGuard, allowed=frozenset(allowed))],
-        lifespan=lifespan,
-    )
+    return Starlette(routes=[Route("/health", health), Mount("/", app=guard)], lifespan=lifespan)
 
 
 class _BearerToken:

@@ -2,13 +2,14 @@
 
 The SDK's `stdio_client` also starts the child in a new session, but it signals that group only when the direct
 process outlives the grace period after its stdin closes. A grandchild (`npx` → node, `uv run` → python, a shell
-wrapper → the real server, a browser a server launched) whose parent exited or died was left running, often holding
+wrapper → the real server, a helper a server launched) whose parent exited or died was left running, often holding
 the pipes open, and a dead direct process went unnoticed while a grandchild held them. Here the group is ended
 whenever the connection ends — closed, cancelled, failed — and as soon as the direct process dies: stdin closed,
 then SIGTERM to the group, then SIGKILL, each after a grace period.
 
 What this relies on (POSIX): `start_new_session=True` makes the child a session and process-group leader whose pgid
-is its pid; descendants stay in that group unless they leave it themselves (a daemon calling setsid escapes by
+is its pid; descendants stay in that group unless they leave it themselves (a daemon calling setsid, or a browser
+started detached in a group of its own as browser-automation libraries do, escapes by
 design); `killpg` reaches every member, also after the leader is gone; a group id is not reused while any member
 lives. A zombie still counts as a member until it is reaped, so where init does not reap orphans the waits below run
 their full length (the group is signalled all the same).

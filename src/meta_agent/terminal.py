@@ -6,7 +6,7 @@ Colour only on a terminal (and never with NO_COLOR set); plain text when piped.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TextIO
 
 from meta_agent import events as ev
@@ -41,12 +41,15 @@ def check_line(status: ChildStatus, paint: Paint) -> str:
     return f"{paint(status.state, 'red')}  {status.error}"
 
 
-def print_toolbox(toolbox: Toolbox, pool: ChildPool, out: TextIO) -> None:
-    """Internal tools first, then each child with its status and tools, then any problems."""
+def print_toolbox(toolbox: Toolbox, pool: ChildPool, out: TextIO, withheld: Mapping[str, str] | None = None) -> None:
+    """Internal tools first (then those `withheld`, with why), then each child with its status and tools, then any
+    problems."""
     paint = paint_for(out)
     internal = [spec for spec in toolbox.tools if spec.internal]
     print(f"{paint('internal', 'bold')} · {plural(len(internal), 'tool')}", file=out)
     _print_tools(internal, out)
+    for name, why in (withheld or {}).items():
+        print(f"  {name}  {paint('withheld', 'yellow')}: {why}", file=out)
     for child in pool:
         print(f"{paint(child.name, 'bold')} · {check_line(child.status, paint)}", file=out)
         _print_tools([spec for spec in toolbox.tools if spec.server == child.name], out)

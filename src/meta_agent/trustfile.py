@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, get_args
 
+from pydantic import TypeAdapter, ValidationError
+
 from meta_agent.config import TrustLevel
 from meta_agent.errors import ConfigError
 
@@ -28,7 +30,17 @@ LEVELS: tuple[str, ...] = get_args(TrustLevel)
 class Recorded:
     level: TrustLevel
     definition: str  # the hash of the tool's definition when the level was recorded
-    recorded: str  # when, ISO 8601 UTC
+    recorded: str = ""  # when, ISO 8601 UTC (a file edited by hand may leave it out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TrustFile:
+    tools: dict[str, Recorded]  # by the tool's MCP-facing name
+
+
+# Decodes what `save` writes; fields we do not know are ignored.
+TRUST_FILE: TypeAdapter[_TrustFile] = TypeAdapter(_TrustFile)
+SHAPE = 'expected {"tools": {...}}; record levels with `meta-agent trust TOOL LEVEL`'
 
 
 def trust_path(config: Path) -> Path:
@@ -48,7 +60,7 @@ def load(path: Path) -> dict[str, Recorded]:
     """The recorded levels; none when the file does not exist.
 
     Raises:
-        ConfigError: the file is not a trust file, in one line naming it.
+        ConfigError: the file is not a trust file, in one line naming it (and the entry at fault).
     """
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -57,17 +69,21 @@ def load(path: Path) -> dict[str, Recorded]:
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the decoder goes
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"{path}: cannot read the trust file: {reason}") from None
-    tools = raw.get("tools") if isinstance(raw, dict) else None
-    if not isinstance(tools, dict):
-        raise ConfigError(f'{path}: expected {{"tools": {{...}}}}; record levels with `meta-agent trust TOOL LEVEL`')
-    recorded: dict[str, Recorded] = {}
-    for name, entry in tools.items():
-        if not (isinstance(entry, dict) and entry.get("level") in LEVELS and isinstance(entry.get("definition"), str)):
-            raise ConfigError(f"{path}: tools.{name}: expected level (never, ask, always) and definition")
-        recorded[name] = Recorded(
-            level=entry["level"], definition=entry["definition"], recorded=str(entry.get("recorded", ""))
-        )
-    return recorded
+    try:
+        return TRUST_FILE.validate_python(raw).tools
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {_problem(exc)}") from None
+
+
+def _problem(exc: ValidationError) -> str:
+    """The first thing wrong, in one line: the file's shape, or the entry (its name quoted) and field at fault."""
+    first = exc.errors()[0]
+    if len(first["loc"]) < 2:  # the file, or its "tools", is not an object
+        return SHAPE
+    _tools, name, *fields = first["loc"]
+    more = exc.error_count() - 1
+    where = f"tools[{str(name)!r}]" + "".join(f".{field}" for field in fields)
+    return f"{where}: {first['msg']}{f', and {more} more' if more else ''}"
 
 
 def save(path: Path, recorded: Mapping[str, Recorded]) -> None:

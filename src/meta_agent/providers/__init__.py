@@ -182,12 +182,13 @@ def _with_scheme(host: str) -> str:
 
 
 def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str, base_url: str) -> ProviderError:
-    """Map an exception of the openai or anthropic SDK (same generated exception tree) to one typed, one-line error.
+    """Map an exception of the openai or anthropic SDK (same generated exception tree) to one typed, one-line error
+    that ends with the server's own message, whole (joined into one line; cut only past DETAIL_SHOWN characters).
 
     The SDKs have already retried what is transient (connection errors, 408, 409, 429, 5xx) by the time this runs.
     """
     status = getattr(exc, "status_code", None)
-    detail = _first_line(_body_message(getattr(exc, "body", None)) or getattr(exc, "message", None) or str(exc))
+    detail = one_line(_error_text(exc))
     if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):  # type: ignore[attr-defined]
         return ProviderAuthError(f"{name}: the API key was refused (HTTP {status}); check {key_variable}: {detail}")
     if isinstance(exc, sdk.RateLimitError):  # type: ignore[attr-defined]
@@ -209,6 +210,9 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
 UNREADABLE = (json.JSONDecodeError, UnicodeDecodeError, RecursionError)
 # Characters of an answer that is text, not JSON, quoted in the error.
 QUOTED = 80
+# Characters of a server's error message shown: a validation error naming every field fits (llama.cpp's server sends
+# one such message over a dozen lines); a whole HTML error page does not.
+DETAIL_SHOWN = 2000
 
 
 class WrongShape(Exception):
@@ -222,7 +226,7 @@ def answer_error(name: str, problem: Exception) -> ProviderError:
         return ProviderError(f"{name}: {problem}")
     if isinstance(problem, RecursionError):
         return ProviderError(f"{name}: the provider's answer was malformed: nested too deeply to read")
-    return ProviderError(f"{name}: the provider's answer was malformed: not JSON ({_first_line(str(problem))})")
+    return ProviderError(f"{name}: the provider's answer was malformed: not JSON ({one_line(str(problem))})")
 
 
 def answer_object(answer: object, required: str) -> dict[str, Any]:
@@ -233,13 +237,13 @@ def answer_object(answer: object, required: str) -> dict[str, Any]:
             some proxies send with status 200, is that error).
     """
     if isinstance(answer, str):
-        raise malformed(f"expected a JSON object, got text: {_first_line(answer)[:QUOTED]!r}")
+        raise malformed(f"expected a JSON object, got text: {one_line(answer, QUOTED)!r}")
     if not isinstance(answer, dict):
         raise malformed(f"expected a JSON object, got {_kind(answer)}")
     if required not in answer:
         error = _body_message(answer)
         if error is not None:
-            raise WrongShape(f"the provider answered with an error: {_first_line(error)}")
+            raise WrongShape(f"the provider answered with an error: {one_line(error)}")
         raise malformed(f"no {required!r} (the keys are: {', '.join(sorted(answer))[:QUOTED] or 'none'})")
     return answer
 
@@ -299,16 +303,53 @@ def _kind(value: object) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
+def one_line(text: str, limit: int = DETAIL_SHOWN) -> str:
+    """`text` on one line (every run of whitespace one space), cut with an ellipsis past `limit` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else f"{line[: limit - 1]}…"
+
+
+def _error_text(exc: Exception) -> str:
+    """What the server said, read from the body the SDK kept (its own message names only the status where the body
+    is not the vendor's error object); else the SDK's message."""
+    body = getattr(exc, "body", None)
+    said = _body_message(body)
+    if said is None and isinstance(body, dict | list) and body:
+        said = json.dumps(body, ensure_ascii=False)  # JSON of a shape we do not know: shown as it is
+    return said or getattr(exc, "message", None) or str(exc)
+
+
 def _body_message(body: object) -> str | None:
-    """The vendor's own error text: `{"error": {"message": ...}}` (both vendors) or `{"message": ...}`."""
-    if isinstance(body, dict):
-        inner = body.get("error")
-        message = inner.get("message") if isinstance(inner, dict) else body.get("message")
-        if isinstance(message, str) and message:
-            return message
+    """The server's own error text: `{"error": {"message": ...}}` (both vendors; the SDKs keep only the inner
+    object), `{"error": "..."}`, `{"message": ...}`, FastAPI's `{"detail": ...}` (text, or a list of field
+    errors), or a body that is only text (a JSON string, or plain text)."""
+    if isinstance(body, str):
+        return body.strip() or None
+    if not isinstance(body, dict):
+        return None
+    inner = body.get("error")
+    found = body if not isinstance(inner, dict) else inner
+    for key in ("message", "detail", "error"):
+        text = _message_text(found.get(key))
+        if text is not None:
+            return text
     return None
 
 
-def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0][:300] if lines else ""
+def _message_text(value: object) -> str | None:
+    """An error message: text, or a list of messages or of field errors (`{"loc": [...], "msg": ...}`) joined."""
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, list):
+        return "; ".join(filter(None, (_field_error(item) for item in value))) or None
+    return None
+
+
+def _field_error(item: object) -> str | None:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict) and isinstance(item.get("msg"), str):
+        loc = item.get("loc")
+        where = ".".join(str(part) for part in loc) if isinstance(loc, list) else ""
+        return f"{where}: {item['msg']}" if where else item["msg"]
+    return None

@@ -35,6 +35,8 @@ from meta_agent.providers import (
 
 # Messages needs max_tokens; this is enough for an answer or a round of tool calls.
 DEFAULT_MAX_TOKENS = 8192
+# Stands for an answer with no text and no tool call (a model that said nothing): Messages refuses empty content.
+NO_ANSWER = "(no answer)"
 
 
 class AnthropicProvider:
@@ -106,9 +108,9 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
         case UserMessage(parts=parts):
             return "user", _parts(parts, empty="(empty message)")
         case AssistantMessage(text=text, tool_calls=calls, thinking=thinking):
-            blocks = [_thinking(part) for part in thinking]
-            if text:
-                blocks.append({"type": "text", "text": text})
+            blocks = _thinking(thinking)
+            if text.strip() or not calls:  # Messages refuses an assistant message with nothing to show
+                blocks.append({"type": "text", "text": text if text.strip() else NO_ANSWER})
             blocks.extend(
                 {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)} for call in calls
             )
@@ -127,8 +129,8 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
 
 
 def _parts(parts: tuple[TextPart | ImagePart, ...], *, empty: str) -> list[dict[str, Any]]:
-    """Messages refuses empty text blocks: leave them out, and say `empty` when nothing is left."""
-    blocks = [_part(p) for p in parts if not (isinstance(p, TextPart) and not p.text)]
+    """Messages refuses text blocks of only white space: leave them out, and say `empty` when nothing is left."""
+    blocks = [_part(p) for p in parts if not (isinstance(p, TextPart) and not p.text.strip())]
     return blocks or [{"type": "text", "text": empty}]
 
 
@@ -138,10 +140,16 @@ def _part(part: TextPart | ImagePart) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "base64", "media_type": part.mime_type, "data": part.data}}
 
 
-def _thinking(part: ThinkingPart) -> dict[str, Any]:
-    if part.redacted:
-        return {"type": "redacted_thinking", "data": part.signature or ""}
-    return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
+def _thinking(parts: tuple[ThinkingPart, ...]) -> list[dict[str, Any]]:
+    """Thinking as Messages gave it: signed, or redacted (its data kept in `signature`). Reasoning without a signature
+    (an OpenAI-compatible server's) is left out: Messages refuses unsigned thinking."""
+    return [
+        {"type": "redacted_thinking", "data": part.signature}
+        if part.redacted
+        else {"type": "thinking", "thinking": part.text, "signature": part.signature}
+        for part in parts
+        if part.signature
+    ]
 
 
 def _response(answer: object) -> ModelResponse:

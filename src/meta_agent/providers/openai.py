@@ -4,6 +4,7 @@ OpenAI-compatible server (`OPENAI_BASE_URL`)."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import openai
@@ -114,7 +115,9 @@ def _message(message: Message) -> list[dict[str, Any]]:
         case UserMessage(parts=parts):
             return [{"role": "user", "content": _content(parts)}]
         case AssistantMessage(text=text, tool_calls=calls):
-            entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+            # Always text, "" for none: OpenAI wants content without tool calls, and llama.cpp's server refuses
+            # null (and its chat templates read the field, so it cannot be left out either).
+            entry: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
                 entry["tool_calls"] = [
                     {
@@ -187,14 +190,16 @@ def _tool_calls(calls: list[Any], where: str) -> tuple[ToolCall, ...]:
     out: list[ToolCall] = []
     for index, call in enumerate(calls):
         if checked(call, dict, f"{where}[{index}]").get("type", "function") == "function":
-            out.append(_tool_call(call, f"{where}[{index}]", index))
+            out.append(_tool_call(call, f"{where}[{index}]"))
     return tuple(out)
 
 
-def _tool_call(call: dict[str, Any], where: str, index: int) -> ToolCall:
+def _tool_call(call: dict[str, Any], where: str) -> ToolCall:
     function = field(call, "function", dict, where)
     name = field(function, "name", str, f"{where}.function")
-    call_id = field(call, "id", (str, type(None)), where) or f"call_{index}"  # a few local servers send no id
+    # A few local servers send no id. One made up must be unique in the whole transcript, not only in this answer:
+    # Anthropic refuses a transcript in which two tool calls share an id.
+    call_id = field(call, "id", (str, type(None)), where) or f"call_{uuid.uuid4().hex[:24]}"
     raw = field(function, "arguments", (str, dict, type(None)), f"{where}.function") or "{}"
     if isinstance(raw, dict):  # some OpenAI-compatible servers send an object, not its JSON text
         return ToolCall(id=call_id, name=name, arguments=raw)
