@@ -84,6 +84,8 @@ def test_the_step_limit(llm: FakeLLM, config: Path) -> None:
         "done · max_steps (2 model calls, 1 tool call)",
     ]
     assert llm.requests[-1].body["tool_choice"] == "none"
+    told = llm.requests[-1].body["messages"][-1]["content"]  # the last turn's instruction, in good English
+    assert "the step limit (1 step) was reached" in told, told
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,8 @@ class Limits:
             LimitExceeded: naming the limit (`max_steps`, `token_budget` or `deadline`) in `reason`.
         """
         if steps_done >= self.max_steps:
-            raise LimitExceeded("max_steps", f"the step limit ({self.max_steps} steps) was reached")
+            steps = f"{self.max_steps} step{'' if self.max_steps == 1 else 's'}"
+            raise LimitExceeded("max_steps", f"the step limit ({steps}) was reached")
         if tokens_used >= self.token_budget:
             raise LimitExceeded(
                 "token_budget", f"the token budget ({self.token_budget} tokens) was used up ({tokens_used} tokens)"
