@@ -29,7 +29,8 @@ from meta_agent.messages import (
     Usage,
 )
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolHints, ToolOutcome, ToolSpec
+from meta_agent.toolbox import Toolbox, ToolCaller
+from meta_agent.tools import InternalTool, ToolHints, ToolOutcome, ToolSpec
 
 pytestmark = pytest.mark.anyio
 _ids = itertools.count(1)

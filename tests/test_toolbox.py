@@ -11,7 +11,8 @@ from meta_agent.children import ChildPool
 from meta_agent.config import ToolFilter
 from meta_agent.errors import PatternError
 from meta_agent.image_gen import IMAGE_GEN
-from meta_agent.toolbox import ALIAS, Toolbox, ToolHints, ToolSpec, alias_for, may_name_server
+from meta_agent.toolbox import ALIAS, Toolbox, alias_for, may_name_server
+from meta_agent.tools import ToolHints, ToolSpec
 
 LONG = "x" * 70
 

@@ -31,7 +31,7 @@ from ulid import ULID
 from meta_agent import events as ev
 from meta_agent.calls import Approver, Verdict
 from meta_agent.progress import Progress
-from meta_agent.toolbox import ToolSpec
+from meta_agent.tools import ToolSpec
 
 log = structlog.get_logger("meta_agent.approvals")
 

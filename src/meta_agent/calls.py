@@ -14,7 +14,7 @@ import structlog
 from meta_agent.events import Mode
 from meta_agent.messages import TOO_DEEP, ImagePart, ModelResponse, Part, TextPart, too_deep
 from meta_agent.policy import decide
-from meta_agent.toolbox import ToolOutcome, ToolSpec
+from meta_agent.tools import ToolOutcome, ToolSpec
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator

@@ -16,7 +16,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TextIO
@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from meta_agent.config import ServerEntry
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
 from meta_agent.stdio_child import stdio_child
+from meta_agent.tools import ProgressFn
 
 log = structlog.get_logger("meta_agent.children")
 
@@ -69,7 +70,6 @@ class Questions(Protocol):
     async def sample(self, params: t.CreateMessageRequestParams) -> Any: ...
 
 
-ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 @dataclass(frozen=True, kw_only=True)

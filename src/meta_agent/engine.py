@@ -28,7 +28,8 @@ from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.loop import Emit, RunRequest, run
 from meta_agent.providers import Provider, make_provider, resolve_provider
 from meta_agent.telemetry import Spans
-from meta_agent.toolbox import InternalTool, Toolbox, ToolCaller, ToolSpec, may_name_server
+from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server
+from meta_agent.tools import InternalTool, ToolSpec
 from meta_agent.tracing import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.trustfile import Recorded
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from meta_agent.errors import ImageGenError
 from meta_agent.messages import ImagePart, Part, TextPart
 from meta_agent.providers import provider_error
-from meta_agent.toolbox import InternalTool, ToolHints, ToolOutcome
+from meta_agent.tools import InternalTool, ToolHints, ToolOutcome
 
 IMAGE_GEN = InternalTool(
     name="image_gen",

@@ -37,7 +37,7 @@ from meta_agent.messages import (
     UserMessage,
 )
 from meta_agent.providers import Provider
-from meta_agent.toolbox import ToolOutcome, ToolSpec
+from meta_agent.tools import ProgressFn, ToolOutcome, ToolSpec
 
 log = structlog.get_logger("meta_agent.loop")
 T = TypeVar("T")
@@ -66,7 +66,6 @@ FINAL_TURN = (
 )
 
 Emit = Callable[[ev.Event], Awaitable[None]]
-ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 class ToolRunner(Protocol):

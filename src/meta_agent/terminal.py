@@ -12,7 +12,8 @@ from typing import TextIO
 from meta_agent import events as ev
 from meta_agent.children import ChildPool, ChildStatus
 from meta_agent.report import describe
-from meta_agent.toolbox import Toolbox, ToolSpec
+from meta_agent.toolbox import Toolbox
+from meta_agent.tools import ToolSpec
 
 Paint = Callable[[str, str], str]
 _COLOURS = {"green": "32", "red": "31", "yellow": "33", "dim": "2", "bold": "1"}

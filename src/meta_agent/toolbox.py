@@ -12,17 +12,18 @@ import fnmatch
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mcp.types as t
 
-from meta_agent.children import ChildServer, ProgressFn, Questions
+from meta_agent.children import ChildServer, Questions
 from meta_agent.config import TrustLevel, check_glob
 from meta_agent.errors import PatternError
 from meta_agent.messages import ImagePart, Part, TextPart
 from meta_agent.policy import Mode, stricter, trust_level, visible
+from meta_agent.tools import InternalTool, ProgressFn, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.trustfile import Recorded, definition_hash
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -30,89 +31,6 @@ MAX_ALIAS = 64
 _HASH_LENGTH = 8
 _PLAIN_TOOL = re.compile(r"[A-Za-z0-9_-]+")
 _SEPARATOR = "__"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolHints:
-    """A tool's MCP annotations as given (None: not given); the properties apply the spec's defaults."""
-
-    title: str | None = None
-    read_only_hint: bool | None = None
-    destructive_hint: bool | None = None
-    idempotent_hint: bool | None = None
-    open_world_hint: bool | None = None
-
-    @property
-    def read_only(self) -> bool:
-        return self.read_only_hint is True
-
-    def as_annotations(self) -> dict[str, Any]:
-        """The hints as MCP names them."""
-        return {
-            "title": self.title,
-            "readOnlyHint": self.read_only_hint,
-            "destructiveHint": self.destructive_hint,
-            "idempotentHint": self.idempotent_hint,
-            "openWorldHint": self.open_world_hint,
-        }
-
-    def describe(self) -> str:
-        """The hints a child set, as words: "read-only, idempotent"; "no annotations" when it set none."""
-        words = [
-            word
-            for word, value in (
-                ("read-only", self.read_only_hint),
-                ("destructive", self.destructive_hint),
-                ("idempotent", self.idempotent_hint),
-                ("open-world", self.open_world_hint),
-            )
-            if value
-        ]
-        given = (self.read_only_hint, self.destructive_hint, self.idempotent_hint, self.open_world_hint)
-        if all(value is None for value in given):
-            return "no annotations"
-        return ", ".join(words) or "not read-only"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolOutcome:
-    """What a tool call returned, in the neutral transcript's parts."""
-
-    parts: tuple[Part, ...]
-    is_error: bool = False
-    # why it failed, for the run's error counts: "tool", "timeout", "approval" or "limit" (None: the tool said so)
-    error_kind: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class InternalTool:
-    """A tool meta-agent implements itself (image_gen); `run` takes the validated arguments."""
-
-    name: str
-    description: str
-    input_schema: Mapping[str, Any]
-    hints: ToolHints
-    run: Callable[[Mapping[str, Any]], Awaitable[ToolOutcome]] | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolSpec:
-    """One tool of the toolbox, with its names, schema, hints and trust level."""
-
-    name: str
-    alias: str
-    server: str | None  # None for an internal tool
-    tool: str  # the server's own name for it
-    description: str
-    input_schema: Mapping[str, Any]
-    output_schema: Mapping[str, Any] | None
-    hints: ToolHints
-    trust: TrustLevel
-    trust_source: str
-
-    @property
-    def internal(self) -> bool:
-        return self.server is None
 
 
 def alias_for(name: str) -> str:
