@@ -138,23 +138,32 @@ class Host(Served):
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path, servers: dict[str, Any], environ: dict[str, str]) -> AsyncIterator[Host]:
-    """`meta-agent serve` on stdio with `servers`, handshake done; its stdin stays open until it has exited."""
+async def started(
+    tmp_path: Path, servers: dict[str, Any], environ: dict[str, str], *options: str, stdio: bool
+) -> AsyncIterator[tuple[Process, Path]]:
+    """`meta-agent serve OPTIONS` with `servers` as a process (its stdin and stdout piped for `stdio`) and the file
+    its stderr goes to; killed and reaped when left, if it is still there."""
     log = tmp_path / "stderr.log"
-    command = [*META_AGENT, "serve", "--config", str(write_config(tmp_path, servers))]
+    command = [*META_AGENT, "serve", *options, "--config", str(write_config(tmp_path, servers))]
+    pipes = (subprocess.PIPE, subprocess.PIPE) if stdio else (None, subprocess.DEVNULL)
     with log.open("w") as errors:
-        process = await anyio.open_process(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=environ
-        )
+        process = await anyio.open_process(command, stdin=pipes[0], stdout=pipes[1], stderr=errors, env=environ)
     try:
-        host = Host(process, log)
-        await host.handshake()
-        yield host
+        yield process, log
     finally:
         with anyio.CancelScope(shield=True):
             if process.returncode is None:
                 process.kill()
             await process.aclose()
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, servers: dict[str, Any], environ: dict[str, str]) -> AsyncIterator[Host]:
+    """`meta-agent serve` on stdio with `servers`, handshake done; its stdin stays open until it has exited."""
+    async with started(tmp_path, servers, environ, stdio=True) as (process, log):
+        host = Host(process, log)
+        await host.handshake()
+        yield host
 
 
 async def agent(host: Host, task: str) -> None:
@@ -226,17 +235,9 @@ class HttpServe(Served):
 @asynccontextmanager
 async def serving_http(tmp_path: Path, servers: dict[str, Any], environ: dict[str, str]) -> AsyncIterator[HttpServe]:
     """`meta-agent serve --transport http` with `servers`, once it listens."""
-    log = tmp_path / "stderr.log"
     port = free_port()
-    command = [*META_AGENT, "serve", "--transport", "http", "--port", str(port)]
-    with log.open("w") as errors:
-        process = await anyio.open_process(
-            [*command, "--config", str(write_config(tmp_path, servers))],
-            stdout=subprocess.DEVNULL,
-            stderr=errors,
-            env=environ,
-        )
-    try:
+    options = ("--transport", "http", "--port", str(port))
+    async with started(tmp_path, servers, environ, *options, stdio=False) as (process, log):
         served = HttpServe(process, log, f"http://127.0.0.1:{port}/mcp")
 
         def listening() -> bool:
@@ -245,11 +246,6 @@ async def serving_http(tmp_path: Path, servers: dict[str, Any], environ: dict[st
         await until("the server to listen", listening)
         assert process.returncode is None, served.stderr()
         yield served
-    finally:
-        with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.kill()
-            await process.aclose()
 
 
 async def call_until_cut_off(url: str, progress: ProgressLog) -> None:

@@ -17,6 +17,7 @@ CORE = (
     "meta_agent.tools",
     "meta_agent.limits",
     "meta_agent.policy",
+    "meta_agent.text",
 )
 EDGES = ("mcp", "openai", "anthropic")
 

@@ -28,7 +28,7 @@ from meta_agent import __version__, runs, trustfile
 from meta_agent.children import START_TIMEOUT, ChildPool
 from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
 from meta_agent.engine import Engine
-from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError
+from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
 from meta_agent.stdio_child import running_children
 from meta_agent.terminal import LiveView, check_line, paint_for, plural, print_toolbox
 from meta_agent.toolbox import Toolbox, definition_of
@@ -331,20 +331,13 @@ async def _run(args: argparse.Namespace, settings: Settings, servers: dict[str, 
     except Exception as exc:  # a bug of ours: one line for the user, the traceback at debug level
         log.debug("run_crashed", exc_info=True)
         run = f" (run_id {view.result.run_id})" if view.result is not None else ""
-        return _fail(f"failed: {_describe_bug(exc)}{run}; --log-level debug shows where", EXIT_FAILED)
+        return _fail(f"failed: {summary(exc)}{run}; --log-level debug shows where", EXIT_FAILED)
     for index, image in enumerate(result.images, 1):
         path = Path(f"meta-agent-{result.run_id}-{index}.{image.mime_type.split('/')[-1]}")
         path.write_bytes(base64.b64decode(image.data))
         print(f"meta-agent: wrote {path}", file=sys.stderr)
     print(json.dumps(result.to_json(), indent=2) if args.json else result.answer)
     return 0
-
-
-def _describe_bug(exc: BaseException) -> str:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # raised inside a task group
-        exc = exc.exceptions[0]
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 # -- tools and check -----------------------------------------------------------------------------------------------

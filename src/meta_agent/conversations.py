@@ -123,7 +123,7 @@ class Conversations:
     Write-ahead logging: a save is one append, and other processes on the same file can read meanwhile."""
 
     def __init__(self, path: Path, *, lease_seconds: float = LEASE_SECONDS) -> None:
-        """`lease_seconds`: how long a hold lasts past its last renewal (shorter in tests, never past `LONGEST_HOLD`)."""
+        """`lease_seconds`: how long a hold lasts past its last renewal (shorter in tests; `LONGEST_HOLD` at most)."""
         self.path = path
         self.wait_notice = WAIT_NOTICE
         self.lease_seconds = min(lease_seconds, LONGEST_HOLD)
@@ -229,7 +229,8 @@ class Conversations:
             taken, messages = row
             if taken:
                 try:
-                    return Turn(conversation_id=conversation_id, history=decode(conversation_id, messages), holder=holder)
+                    history = decode(conversation_id, messages)
+                    return Turn(conversation_id=conversation_id, history=history, holder=holder)
                 except ConfigError:  # nobody can continue it, but it is not held either
                     with anyio.CancelScope(shield=True):
                         await self._release(conversation_id, holder)

@@ -105,3 +105,12 @@ class ChildTimeout(ChildError):
 
 class ChildProtocolError(ChildError):
     """The child answered with a JSON-RPC error or a result that does not fit the protocol."""
+
+
+def summary(exc: BaseException) -> str:
+    """An unexpected exception in one line: its type and the first line of its message (the innermost first one of an
+    exception group, as a task group raises it). What a user is told of a bug of ours; the traceback goes to the log."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

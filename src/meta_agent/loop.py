@@ -20,7 +20,7 @@ from ulid import ULID
 from meta_agent import calls
 from meta_agent import events as ev
 from meta_agent.calls import Approver, bounded
-from meta_agent.errors import ChildTimeout, LimitExceeded, MetaAgentError
+from meta_agent.errors import ChildTimeout, LimitExceeded, MetaAgentError, summary
 from meta_agent.events import Mode, RunResult, RunUsage, StepRecord, StopReason, ToolCallRecord
 from meta_agent.limits import Limits
 from meta_agent.messages import (
@@ -202,8 +202,7 @@ class _Run:
     async def _failed(self, exc: Exception) -> None:
         """The run ends with stop reason `error`, its last event saying why: our one-line error (the provider's), or
         a bug of ours (its type and first line; the caller logs the traceback)."""
-        lines = str(exc).strip().splitlines()
-        error = str(exc) if isinstance(exc, MetaAgentError) else f"{type(exc).__name__}: {lines[0] if lines else ''}"
+        error = str(exc) if isinstance(exc, MetaAgentError) else summary(exc)
         result = self._result(f"(no answer: {error})", "error")
         await self.emit(ev.RunFailed(run_id=self.request.run_id, error=error, result=result))
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from meta_agent import events as ev
+from meta_agent.text import one_line
 
 ARGUMENTS_SHOWN = 160
 TEXT_SHOWN = 160
@@ -20,16 +21,16 @@ def describe(event: ev.Event) -> str | None:
         case ev.ModelTurnStarted(step=step, final=final):
             return f"step {step} · model{' (last turn, no tools)' if final else ''}"
         case ev.Thinking(step=step, text=text):
-            return f"step {step} · thinking: {_short(text, TEXT_SHOWN)}"
+            return f"step {step} · thinking: {one_line(text, TEXT_SHOWN)}"
         case ev.ToolCallStarted(step=step, name=name, arguments=arguments):
             return f"step {step} · call {name} {_arguments(arguments)}"
         case ev.ToolCallFinished(step=step, name=name, ok=True, duration_ms=ms):
             return f"step {step} · {name} ok ({ms} ms)"
         case ev.ToolCallFinished(step=step, name=name, duration_ms=ms, error=error):
-            return f"step {step} · {name} error ({ms} ms): {_short(error or '', TEXT_SHOWN)}"
+            return f"step {step} · {name} error ({ms} ms): {one_line(error or '', TEXT_SHOWN)}"
         case ev.ChildProgress(step=step, name=name, progress=progress, total=total, message=message):
             told = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
-            return f"step {step} · {name}: {_short(told, TEXT_SHOWN)}"
+            return f"step {step} · {name}: {one_line(told, TEXT_SHOWN)}"
         case ev.Heartbeat(step=0, waiting_for=what, elapsed_s=elapsed):  # before the run's first step
             return f"waiting · for {what} ({elapsed:.0f} s)"
         case ev.Heartbeat(step=step, waiting_for=what, elapsed_s=elapsed):
@@ -47,16 +48,13 @@ def describe(event: ev.Event) -> str | None:
                 f"{usage.tool_calls} tool call{'s' if usage.tool_calls != 1 else ''})"
             )
         case ev.RunFailed(error=error):
-            return f"failed · {_short(error, 300)}"
+            return f"failed · {one_line(error, 300)}"
         case ev.ModelResponded():
             return None
     return None
 
 
 def _arguments(arguments: Mapping[str, Any]) -> str:
-    return _short(json.dumps(dict(arguments), ensure_ascii=False, default=str), ARGUMENTS_SHOWN)
+    return one_line(json.dumps(dict(arguments), ensure_ascii=False, default=str), ARGUMENTS_SHOWN)
 
 
-def _short(text: str, limit: int) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from meta_agent.errors import ConfigError
+from meta_agent.text import one_line
 from meta_agent.tracing import read_trace
 
 SHOWN = 300  # characters of a tool result or an answer shown in an account
@@ -367,5 +368,4 @@ def _count(n: int, word: str) -> str:
 
 
 def _short(text: str) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= SHOWN else line[: SHOWN - 1] + "…"
+    return one_line(str(text), SHOWN)

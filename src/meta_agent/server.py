@@ -37,7 +37,7 @@ from meta_agent.calls import Approver
 from meta_agent.children import START_TIMEOUT
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine, internal_tools
-from meta_agent.errors import ConfigError, MetaAgentError
+from meta_agent.errors import ConfigError, MetaAgentError, summary
 from meta_agent.events import Mode, RunResult
 from meta_agent.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
 from meta_agent.progress import Progress
@@ -194,8 +194,7 @@ def build_server(
                 return _run_failed(str(exc), failed)
             except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
                 log.exception("run_crashed", mode=mode)
-                first = (str(exc).strip().splitlines() or [""])[0]
-                message = f"meta-agent failed: {type(exc).__name__}: {first} (the server log has details)"
+                message = f"meta-agent failed: {summary(exc)} (the server log has details)"
                 return _run_failed(message, failed)
             return _run_result(result)
 

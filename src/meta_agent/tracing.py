@@ -32,6 +32,7 @@ from typing import IO, Any, TextIO
 import anyio
 import structlog
 
+from meta_agent.errors import summary
 from meta_agent.events import ModelRequested
 from meta_agent.messages import ModelRequest, jsonable
 
@@ -85,8 +86,7 @@ def _exception_as_one_line(_logger: Any, _name: str, event: dict[str, Any]) -> d
         exc_info = sys.exc_info()
     error = exc_info[1] if isinstance(exc_info, tuple) else exc_info
     if isinstance(error, BaseException):
-        text = str(error).strip().splitlines()
-        event["error"] = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+        event["error"] = summary(error)
     return event
 
 

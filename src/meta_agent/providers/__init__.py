@@ -26,6 +26,7 @@ from meta_agent.errors import (
     ProviderUnavailable,
 )
 from meta_agent.messages import ModelRequest, ModelResponse
+from meta_agent.text import one_line
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai/"
@@ -188,7 +189,7 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
     The SDKs have already retried what is transient (connection errors, 408, 409, 429, 5xx) by the time this runs.
     """
     status = getattr(exc, "status_code", None)
-    detail = one_line(_error_text(exc))
+    detail = one_line(_error_text(exc), DETAIL_SHOWN)
     if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):  # type: ignore[attr-defined]
         return ProviderAuthError(f"{name}: the API key was refused (HTTP {status}); check {key_variable}: {detail}")
     if isinstance(exc, sdk.RateLimitError):  # type: ignore[attr-defined]
@@ -226,7 +227,8 @@ def answer_error(name: str, problem: Exception) -> ProviderError:
         return ProviderError(f"{name}: {problem}")
     if isinstance(problem, RecursionError):
         return ProviderError(f"{name}: the provider's answer was malformed: nested too deeply to read")
-    return ProviderError(f"{name}: the provider's answer was malformed: not JSON ({one_line(str(problem))})")
+    detail = one_line(str(problem), DETAIL_SHOWN)
+    return ProviderError(f"{name}: the provider's answer was malformed: not JSON ({detail})")
 
 
 def answer_object(answer: object, required: str) -> dict[str, Any]:
@@ -243,7 +245,7 @@ def answer_object(answer: object, required: str) -> dict[str, Any]:
     if required not in answer:
         error = _body_message(answer)
         if error is not None:
-            raise WrongShape(f"the provider answered with an error: {one_line(error)}")
+            raise WrongShape(f"the provider answered with an error: {one_line(error, DETAIL_SHOWN)}")
         raise malformed(f"no {required!r} (the keys are: {', '.join(sorted(answer))[:QUOTED] or 'none'})")
     return answer
 
@@ -301,12 +303,6 @@ _KINDS: dict[type, str] = {
 
 def _kind(value: object) -> str:
     return _KINDS.get(type(value), type(value).__name__)
-
-
-def one_line(text: str, limit: int = DETAIL_SHOWN) -> str:
-    """`text` on one line (every run of whitespace one space), cut with an ellipsis past `limit` characters."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else f"{line[: limit - 1]}…"
 
 
 def _error_text(exc: Exception) -> str:
