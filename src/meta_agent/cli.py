@@ -19,26 +19,31 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import structlog
 
-from meta_agent import __version__, runs, trustfile
+from meta_agent import __version__, trustfile
 from meta_agent.children import START_TIMEOUT, ChildPool
 from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
 from meta_agent.stdio_child import running_children
 from meta_agent.terminal import LiveView, check_line, paint_for, plural, print_toolbox
+from meta_agent.text import one_line
 from meta_agent.toolbox import Toolbox, definition_of
 from meta_agent.tracing import configure_logging, default_trace_dir
 from meta_agent.trustfile import LEVELS, trust_path
+
+if TYPE_CHECKING:
+    from meta_agent.runs import Listing
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SIGNALLED = 128  # plus the signal number
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TASK_SHOWN = 60  # characters of a run's task in the `runs` listing
 RUNS_NAMED = 3  # unreadable trace files named in `runs`; the count says how many more
 MAX_PORT = 65535
 LISTEN_BACKLOG = 2048  # uvicorn's default: connections queue here while the server is still starting up
@@ -386,6 +391,8 @@ async def _check(args: argparse.Namespace, settings: Settings, servers: dict[str
 def _runs(args: argparse.Namespace) -> int:
     """Recent runs, or one run told step by step; read from the trace files, no children started. What cannot be
     read is skipped and counted on stderr."""
+    from meta_agent import runs  # its record models cost every other command's start
+
     try:
         settings = load_settings()
         directory = settings.trace_dir or default_trace_dir(os.environ)
@@ -403,8 +410,7 @@ def _runs(args: argparse.Namespace) -> int:
     print(f"{directory}: {plural(len(listing.runs), 'recent run')}")
     for run in listing.runs:
         seconds = f"{run.seconds:.2f} s" if run.seconds is not None else "?"
-        task = " ".join(run.task.split())
-        task = task if len(task) <= 60 else task[:59] + "…"
+        task = one_line(run.task, TASK_SHOWN)
         print(
             f"  {run.run_id}  {run.started[:19]}  {run.mode:<5}  {run.stop_reason:<12}  "
             f"{plural(run.steps, 'step'):<8}  {run.tokens:>7} tokens  {seconds:>8}  {task}"
@@ -414,7 +420,7 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _skipped(listing: runs.Listing) -> str:
+def _skipped(listing: Listing) -> str:
     """E.g. "2 unreadable traces and 1 unreadable record skipped (x.jsonl, y.jsonl)"."""
     files = listing.skipped_files
     counts = [plural(len(files), "unreadable trace")] if files else []

@@ -14,6 +14,7 @@ once, right after it: what the providers accept.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
@@ -68,11 +69,6 @@ create table if not exists conversations (
 """
 # Columns that stores made by older versions lack: (name, declaration).
 ADDED_COLUMNS = (("holder", "text"), ("held_until", "real"))
-# Decodes what `save` wrote; `role` tells the message types apart. Fields added later have defaults, so older
-# records still load.
-TRANSCRIPT: TypeAdapter[tuple[Message, ...]] = TypeAdapter(
-    tuple[Annotated[Message, Field(discriminator="role")], ...]  # type: ignore[arg-type]
-)
 
 
 Waiting = Callable[[float], Awaitable[None]]  # told the seconds a turn has waited for its conversation so far
@@ -384,7 +380,7 @@ def decode(conversation_id: str, stored: str) -> tuple[Message, ...]:
         ConfigError: the record cannot be decoded, in one line naming the conversation.
     """
     try:
-        return answered(TRANSCRIPT.validate_python(json.loads(stored)))
+        return answered(_transcript().validate_python(json.loads(stored)))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the record"
@@ -395,6 +391,13 @@ def decode(conversation_id: str, stored: str) -> tuple[Message, ...]:
     raise ConfigError(
         f"conversation_id: conversation {conversation_id!r} is stored in a form this version cannot read ({problem})"
     )
+
+
+@functools.cache
+def _transcript() -> TypeAdapter[tuple[Message, ...]]:
+    """Decodes what `save` wrote; `role` tells the message types apart. Fields added later have defaults, so older
+    records still load. Built on first use: building it costs every start ~10 ms, and most runs continue nothing."""
+    return TypeAdapter(tuple[Annotated[Message, Field(discriminator="role")], ...])  # type: ignore[arg-type]
 
 
 def answered(transcript: Sequence[Message]) -> tuple[Message, ...]:
