@@ -27,11 +27,13 @@ from conftest import ProgressLog, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
 from family import entry
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from test_cli import processes_with
 
 from meta_agent.children import ChildPool
 from meta_agent.config import ServerEntry
+from meta_agent.stdio_child import running_children, stdio_child
 
 pytestmark = pytest.mark.anyio
 
@@ -351,3 +353,32 @@ async def test_a_child_whose_own_process_dies_is_restarted_without_its_old_famil
         assert not set(old_family) & set(processes_with(marker))
         assert int((await child.call("pid", {})).content[0].text) != server  # type: ignore[union-attr]
     await all_gone(marker)
+
+
+# -- a start cut short --------------------------------------------------------------------------------------------
+
+
+class _CancelWhileSpawning:
+    """An errlog: the spawn asks for its file number between the fork and the event loop hearing of the process,
+    and that is when this cancels the scope (as a failing provider does while the children start)."""
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.scope = scope
+
+    def fileno(self) -> int:
+        self.scope.cancel()
+        return sys.stderr.fileno()
+
+
+async def test_a_start_cancelled_half_way_still_stops_the_child_the_usual_way(tmp_path: Path) -> None:
+    """A spawn cut short left a process that asyncio killed but did not reap (its waiter thread later called into a
+    closed event loop) and whose group nobody ended; the child now hears its stdin close, like every other stop."""
+    said = tmp_path / "said"
+    script = "import pathlib, sys; sys.stdin.read(); pathlib.Path(sys.argv[1]).write_text('stdin closed')"
+    params = StdioServerParameters(command=sys.executable, args=["-c", script, str(said)])
+    with anyio.CancelScope() as scope:
+        async with stdio_child("c", params, _CancelWhileSpawning(scope)):  # type: ignore[arg-type]
+            await anyio.sleep_forever()
+    assert scope.cancelled_caught
+    assert said.read_text() == "stdin closed"
+    assert running_children() == []

@@ -140,13 +140,16 @@ async def stdio_child(name: str, params: StdioServerParameters, errlog: TextIO) 
         async with stdio_client(params, errlog=errlog) as streams:
             yield streams
         return
-    leader = await anyio.open_process(
-        [params.command, *params.args],
-        env=get_default_environment() | (params.env or {}),
-        stderr=errlog,
-        cwd=params.cwd,
-        start_new_session=True,
-    )
+    # Shielded: a spawn cancelled half-way leaves a process that asyncio kills but never reaps (its waiter thread
+    # then calls into a closed event loop), and whose group nobody ends. Spawning is a fork and an exec: bounded.
+    with anyio.CancelScope(shield=True):
+        leader = await anyio.open_process(
+            [params.command, *params.args],
+            env=get_default_environment() | (params.env or {}),
+            stderr=errlog,
+            cwd=params.cwd,
+            start_new_session=True,
+        )
     group = ProcessGroup(name, leader)
     to_session, from_child = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     to_child, from_session = anyio.create_memory_object_stream[SessionMessage](0)
