@@ -3,7 +3,7 @@ with what the tool returned. Benchmarks use it to measure meta-agent itself, not
 
 from __future__ import annotations
 
-from meta_agent.messages import ModelRequest, ModelResponse, TextPart, ToolCall, ToolMessage
+from meta_agent import ModelRequest, ModelResponse, TextPart, ToolCall, ToolMessage
 
 
 class InstantModel:

@@ -13,10 +13,7 @@ from typing import Any
 
 from common import ECHO, ECHO_ENTRY, clock, echo_client, gaps_ms, spread
 
-from meta_agent.config import ServerEntry, Settings
-from meta_agent.engine import Engine
-from meta_agent.messages import ModelRequest, ModelResponse, ToolCall
-from meta_agent.providers.scripted import ScriptedProvider
+from meta_agent import Engine, ModelRequest, ModelResponse, ScriptedProvider, ServerEntry, Settings, ToolCall
 
 STEPS = 200
 

@@ -29,7 +29,7 @@ import memory
 import one_shot
 import proxy
 
-from meta_agent.tracing import configure_logging
+from meta_agent import configure_logging
 
 ROOT = Path(__file__).parent.parent
 RESULTS = Path(__file__).parent / "RESULTS.md"

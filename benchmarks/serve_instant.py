@@ -11,9 +11,7 @@ from pathlib import Path
 
 from instant_model import InstantModel
 
-from meta_agent.config import Settings, load_servers
-from meta_agent.server import build_server
-from meta_agent.tracing import configure_logging
+from meta_agent import Settings, build_server, configure_logging, load_servers
 
 if __name__ == "__main__":
     configure_logging("warning")

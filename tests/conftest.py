@@ -21,8 +21,9 @@ FAULT_SERVER = TESTS / "fixtures" / "fault_server.py"
 EVERYTHING = TESTS / "node_modules" / ".bin" / "mcp-server-everything"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def anyio_backend() -> str:
+    """asyncio, for a whole module: a module-scoped async fixture (one server for a module's tests) needs it."""
     return "asyncio"
 
 
@@ -122,12 +123,21 @@ def openai_env(
     return {**(base or {}), "OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-test", **chosen, **extra}
 
 
-@pytest.fixture
-def llm() -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def llm_endpoint() -> Iterator[Any]:
+    """One fake model endpoint (a server on a thread) per test module; a module-scoped server points at it."""
     from fake_llm import FakeLLM
 
     with FakeLLM() as fake:
         yield fake
+
+
+@pytest.fixture
+def llm(llm_endpoint: Any) -> Any:
+    """The module's fake model endpoint as each test finds it: no reply queued, no request seen."""
+    llm_endpoint.clear()
+    llm_endpoint.requests.clear()
+    return llm_endpoint
 
 
 class ProgressLog:

@@ -21,9 +21,9 @@ from mcp.server import MCPServer
 from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
 
-from meta_agent import approvals
 from meta_agent.config import Settings
-from meta_agent.server import build_server
+from meta_agent.front import approvals
+from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio
 MODES = {"2026-07-28": "auto", "2025-11-25": "legacy"}

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import mcp.types as t
+import psutil
 import pytest
 import structlog
 from conftest import Changes, everything_entry, everything_over_http, fault_entry, pid_alive, time_entry
 
-from meta_agent.children import ChildPool, ChildServer
+from meta_agent.children import stderr as stderr_module
+from meta_agent.children.stderr import LINE_MAX, stderr_pipe
+from meta_agent.children.supervisor import ChildPool, ChildServer
 from meta_agent.config import ServerEntry, ToolFilter
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
 
@@ -21,6 +26,21 @@ pytestmark = pytest.mark.anyio
 
 def text_of(result) -> str:
     return "".join(block.text for block in result.content if block.type == "text")
+
+
+@pytest.fixture(params=[False, True], ids=["loop-reads-stderr", "thread-reads-stderr"])
+def stderr_read_in_thread(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """A stdio child's stderr read both ways: the event loop waiting on the pipe (POSIX), and blocking reads in a
+    worker thread (what Windows does; it works on POSIX too, so that path is tested wherever the tests run)."""
+    monkeypatch.setattr(stderr_module, "READ_IN_THREAD", request.param)
+    return request.param
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Wait for what no event announces (a thread's progress, our open files) by looking again until it holds."""
+    with anyio.fail_after(5):
+        while not predicate():
+            await anyio.sleep(0.01)
 
 
 async def test_time_server_is_a_ready_child_with_its_tools() -> None:
@@ -105,6 +125,7 @@ async def test_a_crash_mid_call_fails_fast_and_the_child_comes_back() -> None:
         assert int(text_of(await child.call("pid", {}))) != first_pid
 
 
+@pytest.mark.usefixtures("stderr_read_in_thread")
 async def test_a_child_killed_between_calls_is_noticed_and_restarted() -> None:
     changes = Changes()
     async with ChildPool({"f": fault_entry()}, on_change=changes) as pool:
@@ -133,7 +154,7 @@ async def test_a_timeout_cancels_the_call_and_the_child_keeps_working() -> None:
     async with ChildPool({"f": fault_entry(timeout=0.5)}) as pool:
         await pool.wait_settled()
         child = pool["f"]
-        with pytest.raises(ChildTimeout, match="hang took longer than 0.5 s"):
+        with pytest.raises(ChildTimeout, match=r"hang took longer than 0\.5 s"):
             await child.call("hang", {})
         assert text_of(await child.call("echo", {"text": "still here"})) == "still here"
 
@@ -170,6 +191,7 @@ async def test_stdout_garbage_before_serving_is_reported_not_fatal() -> None:
     assert any(entry["event"] == "child_bad_output" for entry in logs)
 
 
+@pytest.mark.usefixtures("stderr_read_in_thread")
 async def test_child_stderr_goes_to_our_log_not_our_stdout(capfd: pytest.CaptureFixture[str]) -> None:
     with structlog.testing.capture_logs() as logs:
         async with ChildPool({"f": fault_entry()}) as pool:
@@ -180,6 +202,56 @@ async def test_child_stderr_goes_to_our_log_not_our_stdout(capfd: pytest.Capture
     captured = capfd.readouterr()
     assert "a line from the child" not in captured.out
     assert "a line from the child" not in captured.err
+
+
+@pytest.mark.usefixtures("stderr_read_in_thread")
+async def test_stderr_is_read_line_by_line_and_its_closing_is_seen_while_the_child_lives() -> None:
+    script = (
+        "import os, sys\n"
+        f"sys.stderr.write('one\\ntwo\\r\\n' + 'x' * {LINE_MAX + 10} + '\\nlast')\n"
+        "sys.stderr.flush()\n"
+        "os.close(2)\n"
+        "sys.stdin.read()\n"
+    )
+    lines: list[bytes] = []
+    closed = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        with stderr_pipe(tg, lines.append, closed.set) as errlog:
+            child = await anyio.open_process([sys.executable, "-c", script], stderr=errlog)
+        async with child:  # leaving closes its stdin, which ends it
+            with anyio.fail_after(10):
+                await closed.wait()
+            assert child.returncode is None
+    assert lines == [b"one", b"two", b"x" * LINE_MAX, b"x" * 10, b"last"]
+
+
+# A child that ends when its stdin closes, or after 30 s: a failing test must not leave a read blocked for ever.
+WAIT_FOR_STDIN = "import select, sys; select.select([sys.stdin], [], [], 30)"
+
+
+def reading_stderr_in_a_thread() -> bool:
+    """Whether some thread is in the threaded stderr reader's read now (blocked in `os.read`, most likely)."""
+    frames = sys._current_frames().values()
+    return any(f.f_code.co_filename == stderr_module.__file__ and f.f_code.co_name == "_read" for f in frames)
+
+
+async def test_a_thread_read_cut_short_closes_the_pipe_once_the_child_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pump cancelled while its read blocks in a thread (Windows) leaves the closing to that thread: closing under
+    the read would block the event loop there. The pipe is closed once its last writer, the child, has gone."""
+    monkeypatch.setattr(stderr_module, "READ_IN_THREAD", True)
+    open_files = psutil.Process().num_fds()
+    closed = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        with stderr_pipe(tg, lambda _line: None, closed.set) as errlog:
+            child = await anyio.open_process([sys.executable, "-c", WAIT_FOR_STDIN], stderr=errlog)
+        await until(reading_stderr_in_a_thread)
+        reading = psutil.Process().num_fds()
+        tg.cancel_scope.cancel()
+    assert psutil.Process().num_fds() == reading  # nothing was closed under the read
+    async with child:  # leaving closes its stdin, which ends it
+        pass
+    await until(lambda: psutil.Process().num_fds() <= open_files)
+    assert not closed.is_set()
 
 
 async def test_no_child_outlives_the_pool_even_one_that_ignores_sigterm() -> None:

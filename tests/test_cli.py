@@ -246,6 +246,36 @@ def test_the_console_script_is_installed() -> None:
     assert result.stdout.startswith("meta-agent ")
 
 
+# The command line in a process of its own, reporting its exit code and which SDKs it loaded on the way.
+SDKS_LOADED = """
+import sys
+from meta_agent.cli.main import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:  # --help and a bad argument end in the parser
+    code = exc.code
+loaded = sorted({name.split(".")[0] for name in sys.modules} & {"mcp", "openai", "anthropic", "uvicorn"})
+print(code, *loaded, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--help"], 0),
+        (["run", "--help"], 0),
+        (["run", "x", "--max-steps", "0"], 2),
+        (["run", "x", "--config", "missing.json"], 2),
+    ],
+)
+def test_help_and_bad_input_load_no_sdk(tmp_path: Path, args: list[str], code: int) -> None:
+    """They answer without the MCP SDK or a vendor SDK, whose imports would cost every such answer most of a
+    second."""
+    command = [sys.executable, "-c", SDKS_LOADED, *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    assert result.stderr.splitlines()[-1] == str(code), result.stderr
+
+
 def test_a_second_signal_does_not_cut_the_shutdown_short(tmp_path: Path, marker: str) -> None:
     config = write_config(tmp_path, {"ready": fault(marker), "stubborn": fault(marker, "--stubborn")})
     proc = subprocess.Popen(
@@ -288,11 +318,14 @@ def test_serve_http_that_cannot_listen_is_one_line_and_exit_2(tmp_path: Path, ma
         extra = ["--allowed-host", "localhost:80@evil.example"] if problem == "bad allowed host" else []
         result = run("serve", "--transport", "http", "--port", str(port), "--config", str(config), *extra, timeout=30)
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == {
-        "taken port": f"meta-agent: --port: cannot listen on 127.0.0.1:{port}: address already in use\n",
-        "bad allowed host": "meta-agent: --allowed-host: 'localhost:80@evil.example' is not a host or host:port "
-        "(e.g. example.com, example.com:8765, [::1])\n",
-    }[problem]
+    assert (
+        result.stderr
+        == {
+            "taken port": f"meta-agent: --port: cannot listen on 127.0.0.1:{port}: address already in use\n",
+            "bad allowed host": "meta-agent: --allowed-host: 'localhost:80@evil.example' is not a host or host:port "
+            "(e.g. example.com, example.com:8765, [::1])\n",
+        }[problem]
+    )
 
 
 def has_ipv6() -> bool:

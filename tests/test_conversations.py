@@ -18,11 +18,8 @@ from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 
-from meta_agent import conversations
 from meta_agent.config import Settings
-from meta_agent.conversations import Conversations, trim
-from meta_agent.errors import ConversationLost
-from meta_agent.messages import (
+from meta_agent.core.messages import (
     AssistantMessage,
     ModelRequest,
     ModelResponse,
@@ -32,8 +29,12 @@ from meta_agent.messages import (
     ToolResult,
     UserMessage,
 )
+from meta_agent.errors import ConversationLost
+from meta_agent.front.server import build_server
+from meta_agent.front.tool_results import NOT_REMEMBERED
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.server import NOT_REMEMBERED, build_server
+from meta_agent.records import conversations
+from meta_agent.records.conversations import Conversations, default_path, trim
 
 pytestmark = pytest.mark.anyio
 
@@ -134,6 +135,22 @@ def turn(n: int, size: int) -> list:
         ToolMessage(results=(ToolResult(call_id=f"c{n}", name="f__echo", parts=(TextPart(text="y" * size),)),)),
         AssistantMessage(text=f"answer {n}"),
     ]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the XDG layout is Linux's; platformdirs knows the others")
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"XDG_DATA_HOME": "/data", "HOME": "/home/u"}, "/data/meta-agent/conversations.sqlite3"),
+        ({"XDG_DATA_HOME": "", "HOME": "/home/u"}, "/home/u/.local/share/meta-agent/conversations.sqlite3"),
+        ({"HOME": "/home/u"}, "/home/u/.local/share/meta-agent/conversations.sqlite3"),
+    ],
+)
+def test_the_store_is_in_the_user_data_dir(monkeypatch: pytest.MonkeyPatch, environ: dict, expected: str) -> None:
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert default_path() == Path(expected)
 
 
 def test_trimming_drops_whole_old_turns_and_keeps_the_newest() -> None:
@@ -316,8 +333,8 @@ from pathlib import Path
 
 import anyio
 
-from meta_agent.conversations import Conversations
-from meta_agent.messages import AssistantMessage, UserMessage
+from meta_agent.records.conversations import Conversations
+from meta_agent.core.messages import AssistantMessage, UserMessage
 
 
 async def main(path: str, conversation_id: str, lease: str) -> None:

@@ -30,11 +30,9 @@ from fault_harness import (  # noqa: F401  (this module's fixtures)
     LOG,
     MODEL,
     WAIT,
-    anyio_backend,
     faulty_entry,
     group,
     injecting,
-    llm,
     log_to_a_list,
     nothing_running,
     pid_of,
@@ -46,7 +44,7 @@ from fault_tally import TALLY
 
 from meta_agent.config import Settings
 from meta_agent.engine import Engine
-from meta_agent.server import build_server, http_app
+from meta_agent.front.server import build_server, http_app
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +77,8 @@ async def serving_http(llm: FakeLLM, traces: Path) -> AsyncIterator[tuple[str, E
         tg.start_soon(web.serve)
         try:
             await until("the HTTP server to start", lambda: web.started)
-            engine: Engine = server.engine_holder["engine"]  # type: ignore[attr-defined]
+            engine = server.engine
+            assert engine is not None
             with anyio.fail_after(WAIT):
                 await engine.pool.wait_settled()
             yield f"http://127.0.0.1:{port}/mcp", engine

@@ -23,10 +23,8 @@ from fault_harness import (  # noqa: F401  (this module's fixtures)
     MODEL,
     WAIT,
     Injection,
-    anyio_backend,
     group,
     injecting,
-    llm,
     log_to_a_list,
     pid_of,
     serving,
@@ -35,7 +33,7 @@ from fault_harness import (  # noqa: F401  (this module's fixtures)
 from fault_tally import TALLY
 from test_cli import processes_with
 
-from meta_agent.children import ChildServer
+from meta_agent.children.supervisor import ChildServer
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ChildDied

@@ -23,13 +23,11 @@ from conftest import fault_entry
 from fake_llm import FakeLLM, anthropic_reply, openai_reply
 from fault_harness import (  # noqa: F401  (this module's fixtures)
     MODEL,
-    anyio_backend,
     call,
     clean_error,
     finished,
     group,
     injecting,
-    llm,
     log_to_a_list,
     serving,
 )
@@ -37,8 +35,8 @@ from fault_tally import TALLY
 from mcp import Client
 
 from meta_agent.config import Settings
-from meta_agent.messages import MAX_ARGUMENT_DEPTH
-from meta_agent.server import build_server
+from meta_agent.core.messages import MAX_ARGUMENT_DEPTH
+from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio
 

@@ -30,14 +30,12 @@ from fault_harness import (  # noqa: F401  (this module's fixtures)
     MODEL,
     WAIT,
     answer_with,
-    anyio_backend,
     call,
     calls_of,
     clean_error,
     finished,
     group,
     injecting,
-    llm,
     log_to_a_list,
     serving,
     text_of,
@@ -45,10 +43,10 @@ from fault_harness import (  # noqa: F401  (this module's fixtures)
 from fault_tally import TALLY
 from mcp import Client
 
-from meta_agent import trustfile
 from meta_agent.config import Settings
 from meta_agent.engine import Engine
-from meta_agent.server import build_server
+from meta_agent.front.server import build_server
+from meta_agent.records import trustfile
 from meta_agent.toolbox import definition_of
 
 pytestmark = pytest.mark.anyio
@@ -100,7 +98,9 @@ async def test_concurrent_continuations(llm: FakeLLM, tmp_path: Path) -> None:
                     tasks = [m["parts"][0]["text"] for m in stored if m["role"] == "user"]
                     for task in (task for c, task, _ in turns if c == conversation):
                         assert tasks.count(task) == 1, (task, tasks)
-                        at = next(i for i, m in enumerate(stored) if m["role"] == "user" and m["parts"][0]["text"] == task)
+                        at = next(
+                            i for i, m in enumerate(stored) if m["role"] == "user" and m["parts"][0]["text"] == task
+                        )
                         assert stored[at + 1]["text"] == answers[task]
                         assert user_texts(sent_for(llm, task)) == tasks[: tasks.index(task) + 1]  # saw all before it
                         faults.handled()
@@ -170,7 +170,8 @@ async def serving_with_trust(llm: FakeLLM, path: Path) -> AsyncIterator[tuple[Cl
     """Our server with child f and a trust file, on 2026-07-28 with no elicitation: an ask-level call is refused."""
     server = build_server(Settings(model=MODEL), {"f": fault_entry()}, openai_env(llm), trust_file=path)
     async with Client(server) as client:
-        engine: Engine = server.engine_holder["engine"]  # type: ignore[attr-defined]
+        engine = server.engine
+        assert engine is not None
         with anyio.fail_after(WAIT):
             await engine.pool.wait_settled()
         yield client, engine
@@ -230,7 +231,10 @@ HALF_ANSWERED = [
     {
         "role": "assistant",
         "text": "",
-        "tool_calls": [{"id": "c1", "name": "image_gen", "arguments": {}}, {"id": "c2", "name": "image_gen", "arguments": {}}],
+        "tool_calls": [
+            {"id": "c1", "name": "image_gen", "arguments": {}},
+            {"id": "c2", "name": "image_gen", "arguments": {}},
+        ],
     },
     {"role": "tool", "results": [{"call_id": "c1", "name": "image_gen", "parts": [{"kind": "text", "text": "one"}]}]},
 ]
@@ -274,7 +278,10 @@ async def test_conversation_records_corrupted_while_serving(llm: FakeLLM, tmp_pa
     kinds = list(corruptions) + list(LEFT_HOLDS)
     kinds += rng.choices(sorted(kinds), k=CONVERSATION_INJECTIONS - len(kinds))
     rng.shuffle(kinds)
-    async with group("corrupted_conversations", "corrupted_state"), serving(llm, {}, conversations_db=db) as (client, _):
+    async with (
+        group("corrupted_conversations", "corrupted_state"),
+        serving(llm, {}, conversations_db=db) as (client, _),
+    ):
         for i, kind in enumerate(kinds):
             tag = f"[record-{i}]"
             llm.reply(openai_reply("first"), match=f"{tag} first")

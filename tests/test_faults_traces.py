@@ -25,19 +25,17 @@ import pytest
 from fake_llm import FakeLLM, openai_reply
 from fault_harness import (  # noqa: F401  (this module's fixtures)
     answer_with,
-    anyio_backend,
     call,
     faulty_entry,
     finished,
     group,
     injecting,
-    llm,
     log_to_a_list,
     serving,
 )
 from fault_tally import TALLY
 
-from meta_agent.cli import main
+from meta_agent.cli.main import main
 
 pytestmark = pytest.mark.anyio
 

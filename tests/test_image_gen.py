@@ -14,10 +14,10 @@ from mcp import Client
 from structlog.testing import capture_logs
 
 from meta_agent.config import Settings
+from meta_agent.core.messages import ImagePart, TextPart
 from meta_agent.errors import ImageGenError, ProviderAuthError, ProviderBadRequest, ProviderUnavailable
-from meta_agent.image_gen import IMAGE_GEN, INTERNAL_TOOLS, WHAT_TO_SET, image_gen_tool, image_gen_withheld
-from meta_agent.messages import ImagePart, TextPart
-from meta_agent.server import build_server
+from meta_agent.front.server import build_server
+from meta_agent.internal.image_gen import IMAGE_GEN, INTERNAL_TOOLS, WHAT_TO_SET, image_gen_tool, image_gen_withheld
 
 pytestmark = pytest.mark.anyio
 FAST_RETRY = {"retry_after_ms": "1"}  # the SDK honours retry-after-ms, so its retries take no time

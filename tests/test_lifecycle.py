@@ -31,9 +31,9 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from test_cli import processes_with
 
-from meta_agent.children import ChildPool
+from meta_agent.children.stdio import running_children, stdio_child
+from meta_agent.children.supervisor import ChildPool
 from meta_agent.config import ServerEntry
-from meta_agent.stdio_child import running_children, stdio_child
 
 pytestmark = pytest.mark.anyio
 
@@ -133,6 +133,7 @@ class Host(Served):
 
     async def progress(self, text: str) -> None:
         """Wait for a progress message containing `text`."""
+
         def wanted(message: dict[str, Any]) -> bool:
             return message.get("method") == "notifications/progress" and text in message["params"]["message"]
 

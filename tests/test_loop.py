@@ -11,13 +11,11 @@ import anyio
 import pytest
 from conftest import fault_entry, time_entry
 
-from meta_agent import events as ev
-from meta_agent.calls import ArgumentCheck, Verdict
-from meta_agent.children import ChildPool
-from meta_agent.errors import ProviderUnavailable, ScriptError
-from meta_agent.limits import Limits
-from meta_agent.loop import RunRequest, run
-from meta_agent.messages import (
+from meta_agent.children.supervisor import ChildPool
+from meta_agent.core import events as ev
+from meta_agent.core.limits import Limits
+from meta_agent.core.loop import RunRequest, run
+from meta_agent.core.messages import (
     MAX_ARGUMENT_DEPTH,
     ImagePart,
     ModelRequest,
@@ -28,9 +26,11 @@ from meta_agent.messages import (
     ToolMessage,
     Usage,
 )
+from meta_agent.core.tool_call import ArgumentCheck, Verdict
+from meta_agent.core.tools import InternalTool, ToolHints, ToolOutcome, ToolSpec
+from meta_agent.errors import ProviderUnavailable, ScriptError
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.toolbox import Toolbox, ToolCaller
-from meta_agent.tools import InternalTool, ToolHints, ToolOutcome, ToolSpec
 
 pytestmark = pytest.mark.anyio
 _ids = itertools.count(1)
@@ -184,7 +184,7 @@ async def test_a_tool_step_then_the_answer(pool: ChildPool) -> None:
 
 async def test_calls_of_one_step_run_concurrently_and_results_keep_call_order(pool: ChildPool) -> None:
     slow, fast = call("f__slow", seconds=0.4, steps=1), call("f__echo", text="quick")
-    result, provider, rec = await go(pool, [reply("", slow, fast), reply("done")])
+    _result, provider, rec = await go(pool, [reply("", slow, fast), reply("done")])
     # Both started before either finished, and the fast one finished first...
     kinds = [(e.kind, e.call_id) for e in rec.events if e.kind in ("tool_call_started", "tool_call_finished")]
     assert kinds[:2] == [("tool_call_started", slow.id), ("tool_call_started", fast.id)]
@@ -196,14 +196,14 @@ async def test_calls_of_one_step_run_concurrently_and_results_keep_call_order(po
 async def test_mutating_calls_to_one_server_go_one_at_a_time(pool: ChildPool) -> None:
     calls = [call("f__mutate", seconds=0.1) for _ in range(3)]
     reads = [call("f__slow", seconds=0.1, steps=1) for _ in range(2)]
-    result, provider, _ = await go(pool, [reply("", *calls, *reads), reply("", call("f__peak")), reply("ok")])
+    _result, provider, _ = await go(pool, [reply("", *calls, *reads), reply("", call("f__peak")), reply("ok")])
     assert all(not is_error for _, is_error in tool_results(provider.requests[1]))
     assert tool_results(provider.requests[2]) == [("1", False)]  # never two mutate calls at once
 
 
 async def test_bad_arguments_an_unknown_tool_and_bad_json_are_errors_the_model_sees(pool: ChildPool) -> None:
     bad_json = ToolCall(id="c9", name="f__echo", arguments={}, invalid_arguments="not JSON (Expecting value)")
-    result, provider, rec = await go(
+    result, provider, _rec = await go(
         pool, [reply("", call("f__echo", text=5), call("nope__tool"), call("f__echo"), bad_json), reply("recovered")]
     )
     assert result.answer == "recovered"
@@ -225,7 +225,7 @@ async def test_a_child_crash_mid_run_is_a_tool_error_and_the_run_goes_on(pool: C
 
 
 async def test_a_tool_timeout_is_a_tool_error(pool: ChildPool) -> None:
-    result, provider, _ = await go(pool, [reply("", call("slowpoke__hang")), reply("gave up")])
+    _result, provider, _ = await go(pool, [reply("", call("slowpoke__hang")), reply("gave up")])
     assert tool_results(provider.requests[1]) == [("slowpoke: hang took longer than 0.5 s and was cancelled", True)]
 
 
@@ -257,7 +257,7 @@ async def test_the_time_limit_cuts_a_slow_model_call_and_still_answers(pool: Chi
         await anyio.sleep_forever()
         raise AssertionError
 
-    result, provider, _ = await go(
+    result, _provider, _ = await go(
         pool, [never_answers, reply("out of time, here is what I know")], limits=Limits(time_limit=0.3)
     )
     assert (result.stop_reason, result.answer) == ("deadline", "out of time, here is what I know")

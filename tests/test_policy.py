@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meta_agent.policy import decide, trust_level, visible
+from meta_agent.core.policy import decide, trust_level, visible
 
 
 @pytest.mark.parametrize(

@@ -16,18 +16,10 @@ from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
 from mcp import Client
 from wire_rules import chat_problem, messages_problems
 
-from meta_agent.children import ChildPool
+from meta_agent.children.supervisor import ChildPool
 from meta_agent.config import Settings
-from meta_agent.errors import (
-    ModelNotConfigured,
-    ProviderAuthError,
-    ProviderBadRequest,
-    ProviderError,
-    ProviderRateLimited,
-    ProviderUnavailable,
-)
-from meta_agent.loop import RunRequest, run
-from meta_agent.messages import (
+from meta_agent.core.loop import RunRequest, run
+from meta_agent.core.messages import (
     AssistantMessage,
     ImagePart,
     ModelRequest,
@@ -41,8 +33,16 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
+from meta_agent.errors import (
+    ModelNotConfigured,
+    ProviderAuthError,
+    ProviderBadRequest,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderUnavailable,
+)
+from meta_agent.front.server import build_server
 from meta_agent.providers import DETAIL_SHOWN, make_provider, resolve_provider
-from meta_agent.server import build_server
 from meta_agent.toolbox import Toolbox, ToolCaller
 
 pytestmark = pytest.mark.anyio

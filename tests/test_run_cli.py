@@ -158,7 +158,7 @@ def broken(_usage):
     raise TypeError("a bug of ours\\nsecond line")
 
 openai._usage = broken
-from meta_agent.cli import main
+from meta_agent.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

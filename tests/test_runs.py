@@ -21,7 +21,7 @@ from conftest import FAULT_SERVER, fault_entry, openai_env
 from fake_llm import FakeLLM, error_body, openai_reply
 from test_cli import processes_with
 
-from meta_agent.cli import main
+from meta_agent.cli.main import main
 from meta_agent.config import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ProviderBadRequest
@@ -83,7 +83,9 @@ def test_files_that_are_not_traces_are_skipped_and_counted(
     assert len(err) == 1 and err[0].startswith("meta-agent: runs: 4 unreadable traces skipped (")
     for not_a_trace in ("01BX5ZZKBKACTAV9WEVGEMMVRZ", "01BX5ZZKBKACTAV9WEVGEMMVS0"):
         code, out, err = runs_cli("show", not_a_trace)
-        assert (code, out) == (2, []) and err == [f"meta-agent: runs: no trace of run {not_a_trace!r} in {tmp_path} (see `meta-agent runs`)"]
+        assert (code, out) == (2, []) and err == [
+            f"meta-agent: runs: no trace of run {not_a_trace!r} in {tmp_path} (see `meta-agent runs`)"
+        ]
 
 
 NOT_RECORDS = {

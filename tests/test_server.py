@@ -23,12 +23,12 @@ from mcp import Client
 from structlog.testing import capture_logs
 from test_cli import processes_with
 
-from meta_agent import runs, trustfile
 from meta_agent.config import ServerEntry, Settings
-from meta_agent.messages import ModelResponse
+from meta_agent.core.messages import ModelResponse
+from meta_agent.front.server import build_server
 from meta_agent.providers import openai as openai_provider
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.server import build_server
+from meta_agent.records import runs, trustfile
 from meta_agent.toolbox import definition_of
 
 pytestmark = pytest.mark.anyio
@@ -38,17 +38,6 @@ PNG = base64.b64encode(TINY_PNG).decode()
 IMAGE_MODEL = "openai:gpt-image-2.5-flare"
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as fake:
-        yield fake
-
-
 SERVERS = {
     "f": fault_entry(trust={"delete_file": "never"}),
     "time": time_entry(),
@@ -56,9 +45,10 @@ SERVERS = {
 
 
 @pytest.fixture(scope="module", params=ERAS)
-async def client(request: pytest.FixtureRequest, llm: FakeLLM) -> AsyncIterator[Client]:
+async def client(request: pytest.FixtureRequest, llm_endpoint: FakeLLM) -> AsyncIterator[Client]:
     """One server (its children started once) per era for the module."""
-    server = build_server(Settings(model="openai:fake-model", image_model=IMAGE_MODEL), SERVERS, openai_env(llm))
+    settings = Settings(model="openai:fake-model", image_model=IMAGE_MODEL)
+    server = build_server(settings, SERVERS, openai_env(llm_endpoint))
     mode = "legacy" if request.param == "legacy" else "auto"
     async with Client(server, mode=mode) as connected:
         assert connected.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
@@ -201,12 +191,12 @@ async def test_our_result_failing_its_own_schema_is_no_argument_error(
 ) -> None:
     """Fault injection (a bug cannot be had for real): a structured result of ours that breaks the output schema is
     the SDK's crash report, not an error blaming the caller's arguments."""
-    from meta_agent import server as front
+    from meta_agent.front import server as front
 
     def broken(result: Any) -> t.CallToolResult:
         return t.CallToolResult(content=[t.TextContent(type="text", text="x")], structured_content={"answer": 1})
 
-    monkeypatch.setattr(front, "_run_result", broken)
+    monkeypatch.setattr(front, "run_result", broken)  # as the front looks it up
     llm.reply(openai_reply("fine"))
     result = await client.call_tool("agent", {"task": "t"})
     assert result.is_error and text_of(result) == "Error executing tool agent"
@@ -587,11 +577,13 @@ async def test_concurrent_turns_of_one_conversation_are_serialised(llm: FakeLLM,
         conversation = first.structured_content["conversation_id"]  # type: ignore[index]
 
         waiting = ProgressLog()
-        server.engine_holder["engine"].conversations.wait_notice = 0.05  # type: ignore[attr-defined]
+        assert server.engine is not None
+        server.engine.conversations.wait_notice = 0.05
 
         async def turn(tag: str) -> None:
             arguments = {"task": f"turn {tag}", "conversation_id": conversation}
-            results[tag] = await client.call_tool("agent", arguments, progress_callback=waiting if tag == "<B>" else None)
+            progress = waiting if tag == "<B>" else None
+            results[tag] = await client.call_tool("agent", arguments, progress_callback=progress)
 
         llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/a"})), match="<A>")
         llm.reply(openai_reply("A done"), match="<A>")
@@ -687,7 +679,8 @@ async def test_a_trust_file_broken_while_serving_fails_closed(llm: FakeLLM, tmp_
     path = tmp_path / "servers.trust.json"
     server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm), trust_file=path)
     async with Client(server) as client:  # declares no elicitation: an ask-level tool is refused
-        engine = server.engine_holder["engine"]  # type: ignore[attr-defined]
+        engine = server.engine
+        assert engine is not None
         await engine.pool.wait_settled()
         spec = engine.toolbox().by_name["f.delete_file"]
         record = trustfile.Recorded(level="always", definition=definition_of(spec), recorded="then")

@@ -7,12 +7,12 @@ import re
 import pytest
 from conftest import everything_entry, fault_entry, time_entry
 
-from meta_agent.children import ChildPool
+from meta_agent.children.supervisor import ChildPool
 from meta_agent.config import ToolFilter
+from meta_agent.core.tools import ToolHints, ToolSpec
 from meta_agent.errors import PatternError
-from meta_agent.image_gen import IMAGE_GEN
+from meta_agent.internal.image_gen import IMAGE_GEN
 from meta_agent.toolbox import ALIAS, Toolbox, alias_for, may_name_server
-from meta_agent.tools import ToolHints, ToolSpec
 
 LONG = "x" * 70
 

@@ -19,9 +19,9 @@ from fake_llm import FakeLLM, openai_reply
 from ulid import ULID
 
 from meta_agent.config import ServerEntry, Settings
+from meta_agent.core.events import LimitReached, RunFailed, RunStarted, ToolCallStarted
 from meta_agent.engine import Engine
-from meta_agent.events import LimitReached, RunFailed, RunStarted, ToolCallStarted
-from meta_agent.tracing import REDACTED, Redactor, TraceWriter, prune_traces
+from meta_agent.records.tracing import REDACTED, Redactor, TraceWriter, default_trace_dir, prune_traces
 
 pytestmark = pytest.mark.anyio
 PLANTED = {
@@ -93,7 +93,7 @@ async def test_secrets_never_reach_a_trace(tmp_path: Path, llm: FakeLLM) -> None
     llm.reply(openai_reply(f"echoed {PLANTED['child_env']}"))
     child = fault_entry(env={"SOME_SETTING": PLANTED["child_env"]})
     web = ServerEntry(url="http://127.0.0.1:9/mcp", headers={"Authorization": f"Bearer {PLANTED['header']}"})
-    result, trace = await traced_run(tmp_path, llm, f=child, web=web)
+    result, _trace = await traced_run(tmp_path, llm, f=child, web=web)
     text = (tmp_path / f"{result.run_id}.jsonl").read_text()
     for secret in PLANTED.values():
         assert secret not in text
@@ -152,6 +152,22 @@ async def test_log_lines_of_a_run_carry_its_run_id(tmp_path: Path, llm: FakeLLM)
     of_run = [e for e in seen if e["event"] in ("run_started", "run_finished")]
     assert [e["run_id"] for e in of_run] == [result.run_id] * 2
     assert of_run[1]["stop_reason"] == "final"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the XDG layout is Linux's; platformdirs knows the others")
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"XDG_STATE_HOME": "/state", "HOME": "/home/u"}, "/state/meta-agent/traces"),
+        ({"XDG_STATE_HOME": "", "HOME": "/home/u"}, "/home/u/.local/state/meta-agent/traces"),
+        ({"HOME": "/home/u"}, "/home/u/.local/state/meta-agent/traces"),
+    ],
+)
+def test_traces_go_to_the_user_state_dir(monkeypatch: pytest.MonkeyPatch, environ: dict, expected: str) -> None:
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert default_trace_dir() == Path(expected)
 
 
 def test_old_traces_are_pruned(tmp_path: Path) -> None:
@@ -224,7 +240,10 @@ async def test_a_stalled_disk_never_blocks_a_run(tmp_path: Path) -> None:
         reader.start()
         with anyio.fail_after(STALL_BOUND):
             await writer.aclose()
-        assert opened.is_set()  # aclose returned after the writer had written the whole trace
+        # aclose returned once the writer had closed its end (the reader's open may not have returned yet: no
+        # look at `opened` here), so the reader reaches the end of the trace
+        await anyio.to_thread.run_sync(reader.join, STALL_BOUND)
+        assert not reader.is_alive()
     finally:
         unstall.cancel()
         if not opened.is_set():  # free the writer thread, which waits for a reader of the FIFO

@@ -30,17 +30,6 @@ ALLOWED_HOSTS = ["MCP.example.com", "proxy.example:9000", "::2"]
 
 
 @pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("serve") / "servers.json"
     servers = {
@@ -113,7 +102,7 @@ class ServerLog:
 
 
 @pytest.fixture(scope="module")
-def http_server(llm: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
+def http_server(llm_endpoint: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -129,7 +118,7 @@ def http_server(llm: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
             str(config),
             *(arg for host in ALLOWED_HOSTS for arg in ("--allowed-host", host)),
         ],
-        env=openai_env(llm, model="openai:fake-model", base=os.environ, META_AGENT_HTTP_TOKEN=TOKEN),
+        env=openai_env(llm_endpoint, model="openai:fake-model", base=os.environ, META_AGENT_HTTP_TOKEN=TOKEN),
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -148,10 +137,12 @@ def http_server(llm: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
 async def test_http(mode: str, http_server: tuple[str, ServerLog], llm: FakeLLM) -> None:
     url, _ = http_server
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
-        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
-            assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
-            await agent_round(client, llm)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
+    ):
+        assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        await agent_round(client, llm)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -161,17 +152,19 @@ async def test_http_cancel_reaches_the_child(mode: str, http_server: tuple[str, 
     already = log.count("hang cancelled")
     headers = {"Authorization": f"Bearer {TOKEN}"}
     llm.reply(openai_reply(None, ("c1", "f__hang", {})))
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
-        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client:
-            progress = ProgressLog()
-            async with anyio.create_task_group() as tg:
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
+    ):
+        progress = ProgressLog()
+        async with anyio.create_task_group() as tg:
 
-                async def call() -> None:
-                    await client.call_tool("agent", {"task": "hang"}, progress_callback=progress)
+            async def call() -> None:
+                await client.call_tool("agent", {"task": "hang"}, progress_callback=progress)
 
-                tg.start_soon(call)
-                await progress.until("call f.hang")
-                tg.cancel_scope.cancel()
+            tg.start_soon(call)
+            await progress.until("call f.hang")
+            tg.cancel_scope.cancel()
     await anyio.to_thread.run_sync(lambda: log.wait_for("hang cancelled", more_than=already))
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         health = (await http.get(f"{url}/health")).json()

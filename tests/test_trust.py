@@ -13,11 +13,11 @@ from conftest import FAULT_SERVER, fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 
-from meta_agent import trustfile
 from meta_agent.config import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError
-from meta_agent.server import build_server
+from meta_agent.front.server import build_server
+from meta_agent.records import trustfile
 from meta_agent.toolbox import definition_of
 
 
@@ -113,7 +113,7 @@ def test_a_broken_trust_file_is_one_line(tmp_path: Path, text: str, message: str
     config = tmp_path / "servers.json"
     write(config)
     (tmp_path / "servers.trust.json").write_text(text)
-    with pytest.raises(ConfigError, match="servers.trust.json: "):
+    with pytest.raises(ConfigError, match=r"servers\.trust\.json: "):
         trustfile.load(tmp_path / "servers.trust.json")
     result = meta_agent(config, "tools")
     assert result.returncode == 2 and message in result.stderr

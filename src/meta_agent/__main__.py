@@ -2,6 +2,6 @@
 
 import sys
 
-from meta_agent.cli import main
+from meta_agent.cli.main import main
 
 sys.exit(main())

@@ -16,9 +16,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from meta_agent.core.limits import DEFAULT_MAX_STEPS, DEFAULT_TOKEN_BUDGET
+from meta_agent.core.policy import TrustLevel
 from meta_agent.errors import ConfigError
-
-TrustLevel = Literal["never", "ask", "always"]
+from meta_agent.text import first_line
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 # A glob over tool names: the characters of a tool name plus fnmatch's wildcards.
@@ -26,6 +27,8 @@ GLOB = re.compile(r"[A-Za-z0-9._*?\[\]!/-]+")
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
 DEFAULT_TIMEOUT = 60.0
+# Seconds a child may take to start (connect, initialize, list its tools) before it is marked failed.
+DEFAULT_START_TIMEOUT = 30.0
 DEFAULT_CONFIG = Path("servers.json")
 
 
@@ -133,7 +136,7 @@ class ServerEntry(_Strict):
 class ServersFile(_Strict):
     """The whole file."""
 
-    mcpServers: dict[str, ServerEntry]  # noqa: N815 - the key every MCP host uses
+    mcpServers: dict[str, ServerEntry]
 
 
 def load_servers(path: Path, environ: Mapping[str, str]) -> dict[str, ServerEntry]:
@@ -164,7 +167,7 @@ def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[st
     except _DuplicateKey as exc:
         raise ConfigError(f"{source}: key {exc.args[0]!r} appears twice in one object") from None
     except (ValueError, RecursionError) as exc:  # a number too long to convert, or nesting too deep
-        raise ConfigError(f"{source}: invalid JSON: {_one_line(str(exc)) or type(exc).__name__}") from None
+        raise ConfigError(f"{source}: invalid JSON: {first_line(str(exc)) or type(exc).__name__}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f'{source}: expected a JSON object with "mcpServers", got {_json_type(raw)}')
     entries = raw.get("mcpServers")
@@ -286,11 +289,6 @@ def _json_path(loc: list[int | str]) -> str:
     return path or "(top level)"
 
 
-def _one_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0] if lines else ""
-
-
 def _known_keys(parent: list[int | str]) -> list[str]:
     """The keys allowed at the object the location `parent` points to."""
     if not parent:
@@ -324,16 +322,16 @@ class Settings(BaseSettings):
     model: str | None = None
     # None: image_gen's default model (image_gen.DEFAULT_IMAGE_MODEL), offered against OpenAI itself only.
     image_model: str | None = None
-    max_steps: int = Field(default=10, ge=1)
+    max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1)
     max_steps_ceiling: int = Field(default=50, ge=1)
-    token_budget: int = Field(default=200_000, ge=1)
+    token_budget: int = Field(default=DEFAULT_TOKEN_BUDGET, ge=1)
     # Wall-clock seconds a run may take before its last turn (the time a user takes to answer a question counts).
     time_limit: float | None = Field(default=1800.0, gt=0)
     # Seconds one model request may take, per attempt (the SDKs retry twice): also what bounds a run's last turn.
     model_timeout: float = Field(default=300.0, gt=0)
-    trace_dir: Path | None = None  # None: the user state dir (see tracing.default_trace_dir)
+    trace_dir: Path | None = None  # None: the user state dir (see records.tracing.default_trace_dir)
     trace_max_age_days: float = Field(default=14.0, gt=0)
-    conversations_db: Path | None = None  # None: the user data dir (see conversations.default_path)
+    conversations_db: Path | None = None  # None: the user data dir (see records.conversations.default_path)
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None

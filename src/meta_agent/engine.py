@@ -14,24 +14,26 @@ from typing import Any
 import anyio
 import structlog
 
-from meta_agent import events as ev
-from meta_agent import trustfile
-from meta_agent.calls import Approver, ArgumentCheck
-from meta_agent.children import START_TIMEOUT, ChildPool, ChildServer, ChildStatus, Questions
-from meta_agent.config import ServerEntry, Settings
-from meta_agent.conversations import Conversations, Turn
-from meta_agent.conversations import default_path as default_conversations_path
+from meta_agent.children.questions import Questions
+from meta_agent.children.supervisor import ChildPool, ChildServer, ChildStatus
+from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
+from meta_agent.core import events as ev
+from meta_agent.core.events import Emit, Event, Mode, RunResult
+from meta_agent.core.limits import DEFAULT_PLAN_STEPS, Limits
+from meta_agent.core.loop import RunRequest, run
+from meta_agent.core.provider import Provider
+from meta_agent.core.tool_call import Approver, ArgumentCheck
+from meta_agent.core.tools import InternalTool, ToolSpec
 from meta_agent.errors import ConfigError, ConversationLost, PatternError
-from meta_agent.events import Event, Mode, RunResult
-from meta_agent.image_gen import DEFAULT_IMAGE_MODEL, INTERNAL_TOOLS, image_gen_tool, image_gen_withheld
-from meta_agent.limits import DEFAULT_PLAN_STEPS, Limits
-from meta_agent.loop import Emit, RunRequest, run
-from meta_agent.providers import Provider, make_provider, resolve_provider
-from meta_agent.telemetry import Spans
+from meta_agent.internal.image_gen import DEFAULT_IMAGE_MODEL, INTERNAL_TOOLS, image_gen_tool, image_gen_withheld
+from meta_agent.providers import make_provider, resolve_provider
+from meta_agent.records import trustfile
+from meta_agent.records.conversations import Conversations, Turn
+from meta_agent.records.conversations import default_path as default_conversations_path
+from meta_agent.records.telemetry import Spans
+from meta_agent.records.tracing import Redactor, TraceWriter, default_trace_dir, prune_traces
+from meta_agent.records.trustfile import Recorded
 from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server
-from meta_agent.tools import InternalTool, ToolSpec
-from meta_agent.tracing import Redactor, TraceWriter, default_trace_dir, prune_traces
-from meta_agent.trustfile import Recorded
 
 log = structlog.get_logger("meta_agent.engine")
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
@@ -46,7 +48,7 @@ class Engine:
         environ: Mapping[str, str],
         *,
         restart: bool = True,
-        start_timeout: float = START_TIMEOUT,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
         trust_file: Path | None = None,
         provider: Provider | None = None,
     ) -> None:
@@ -69,8 +71,8 @@ class Engine:
         self._provider: Provider | None = None
         self._given_provider = provider
         self._provider_lock = anyio.Lock()
-        self.trace_dir = settings.trace_dir or default_trace_dir(environ)
-        self.conversations = Conversations(settings.conversations_db or default_conversations_path(environ))
+        self.trace_dir = settings.trace_dir or default_trace_dir()
+        self.conversations = Conversations(settings.conversations_db or default_conversations_path())
         self._redact = Redactor.of({**environ, "META_AGENT_HTTP_TOKEN": settings.http_token or ""}, servers)
         self._trust_file = trust_file
         self._trust_stamp: tuple[int, ...] | None = None
@@ -371,12 +373,7 @@ def _tool_json(spec: ToolSpec, withheld: str | None = None) -> dict[str, Any]:
         "server": spec.server,
         "title": spec.hints.title,
         "description": spec.description,
-        "annotations": {
-            "readOnlyHint": spec.hints.read_only_hint,
-            "destructiveHint": spec.hints.destructive_hint,
-            "idempotentHint": spec.hints.idempotent_hint,
-            "openWorldHint": spec.hints.open_world_hint,
-        },
+        "annotations": spec.hints.as_annotations(),
         "trust": spec.trust,
         "trust_source": spec.trust_source,
         "enabled": withheld is None,

@@ -26,6 +26,13 @@ the run's model end a run.
 
 from __future__ import annotations
 
+from typing import Literal
+
+from meta_agent.text import first_line
+
+# The limit a `LimitExceeded` names: each is also the stop reason of the run it ends (core.events.StopReason).
+LimitReason = Literal["max_steps", "token_budget", "deadline"]
+
 
 class MetaAgentError(Exception):
     """Root of every error meta-agent raises on purpose."""
@@ -42,9 +49,9 @@ class PatternError(MetaAgentError):
 class LimitExceeded(MetaAgentError):
     """A run limit was reached; `reason` is the stop reason that names it."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: LimitReason, message: str) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason: LimitReason = reason
 
 
 class ProviderError(MetaAgentError):
@@ -112,5 +119,5 @@ def summary(exc: BaseException) -> str:
     exception group, as a task group raises it). What a user is told of a bug of ours; the traceback goes to the log."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    gist = first_line(str(exc))
+    return f"{type(exc).__name__}: {gist}" if gist else type(exc).__name__

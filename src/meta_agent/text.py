@@ -1,4 +1,5 @@
-"""Text as one line: what a progress message, an account of a run or an error quotes of a longer text."""
+"""Small text helpers shared by every layer: a longer text quoted on one line, an error message's first line, and a
+count with its noun."""
 
 from __future__ import annotations
 
@@ -7,3 +8,14 @@ def one_line(text: str, limit: int) -> str:
     """`text` on one line (every run of white space one space), cut with an ellipsis past `limit` characters."""
     line = " ".join(text.split())
     return line if len(line) <= limit else f"{line[: limit - 1]}…"
+
+
+def first_line(text: str) -> str:
+    """The first line of `text` that is not blank, stripped ("" if none): where an error message puts its gist, before
+    the detail (a schema, a traceback)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def plural(count: int, noun: str) -> str:
+    """`count` with its noun: "1 step", "3 steps" (a regular plural, which is every noun we count)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

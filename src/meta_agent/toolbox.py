@@ -14,17 +14,19 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, assert_never
 
 import mcp.types as t
 
-from meta_agent.children import ChildServer, Questions
-from meta_agent.config import TrustLevel, check_glob
+from meta_agent.children.questions import Questions
+from meta_agent.children.supervisor import ChildServer
+from meta_agent.config import check_glob
+from meta_agent.core.events import Mode
+from meta_agent.core.messages import ImagePart, Part, TextPart
+from meta_agent.core.policy import TrustLevel, stricter, trust_level, visible
+from meta_agent.core.tools import InternalTool, ProgressFn, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.errors import PatternError
-from meta_agent.messages import ImagePart, Part, TextPart
-from meta_agent.policy import Mode, stricter, trust_level, visible
-from meta_agent.tools import InternalTool, ProgressFn, ToolHints, ToolOutcome, ToolSpec
-from meta_agent.trustfile import Recorded, definition_hash
+from meta_agent.records.trustfile import Recorded, definition_hash
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_ALIAS = 64
@@ -230,9 +232,7 @@ def _internal_spec(tool: InternalTool, recorded: Levels) -> ToolSpec:
     )
 
 
-def _child_spec(
-    server: str, tool: t.Tool, trust: Mapping[str, TrustLevel], recorded: Levels
-) -> ToolSpec:
+def _child_spec(server: str, tool: t.Tool, trust: Mapping[str, TrustLevel], recorded: Levels) -> ToolSpec:
     notes = tool.annotations
     hints = ToolHints(
         title=tool.title or (notes.title if notes else None),
@@ -313,7 +313,7 @@ def _part(block: t.ContentBlock) -> Part:
             return TextPart(text=f"[resource <{resource.uri}>]\n{resource.text}")
         size = len(resource.blob) * 3 // 4
         return TextPart(text=f"[resource <{resource.uri}>: {resource.mime_type or 'binary'}, {size} bytes, not shown]")
-    return TextPart(text=f"[{type(block).__name__} content, not shown]")
+    assert_never(block)  # the SDK parses a child's content into one of the types above, or fails the call
 
 
 def _same_json(part: Part, value: Any) -> bool:

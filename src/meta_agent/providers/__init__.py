@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import httpx2
 
+from meta_agent.core.provider import Provider
 from meta_agent.errors import (
     ModelNotConfigured,
     ProviderAuthError,
@@ -25,7 +26,6 @@ from meta_agent.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
-from meta_agent.messages import ModelRequest, ModelResponse
 from meta_agent.text import one_line
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
@@ -39,32 +39,6 @@ WHAT_TO_SET = (
     "set META_AGENT_MODEL (e.g. openai:gpt-5.5, anthropic:claude-sonnet-5-5, ollama:qwen3, gemini:gemini-2.5-flash)"
     " with its API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY), or run Ollama at OLLAMA_HOST"
 )
-
-
-class Provider(Protocol):
-    """One model behind one wire format."""
-
-    @property
-    def name(self) -> str:
-        """`provider:model`, for events and errors."""
-        ...
-
-    @property
-    def accepts_images(self) -> bool:
-        """Whether image parts may be sent to the model."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release the provider's HTTP client."""
-        ...
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One model call.
-
-        Raises:
-            ProviderError: a subclass naming what failed; transient failures were already retried by the SDK.
-        """
-        ...
 
 
 def parse_model(spec: str) -> tuple[str, str]:

@@ -7,8 +7,8 @@ from typing import Any
 
 import anthropic
 
-from meta_agent.errors import ModelNotConfigured
-from meta_agent.messages import (
+from meta_agent.core.limits import DEFAULT_MAX_OUTPUT_TOKENS
+from meta_agent.core.messages import (
     AssistantMessage,
     ImagePart,
     Message,
@@ -22,6 +22,7 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
+from meta_agent.errors import ModelNotConfigured
 from meta_agent.providers import (
     UNREADABLE,
     WrongShape,
@@ -33,8 +34,6 @@ from meta_agent.providers import (
     token_count,
 )
 
-# Messages needs max_tokens; this is enough for an answer or a round of tool calls.
-DEFAULT_MAX_TOKENS = 8192
 # Stands for an answer with no text and no tool call (a model that said nothing): Messages refuses empty content.
 NO_ANSWER = "(no answer)"
 
@@ -47,8 +46,8 @@ class AnthropicProvider:
             raise ModelNotConfigured(f"anthropic:{model}: set ANTHROPIC_API_KEY")
         self._name = f"anthropic:{model}"
         self._model = model
-        options = {} if timeout is None else {"timeout": timeout}  # per attempt; None keeps the SDK's own
-        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, **options)
+        per_attempt = anthropic.NOT_GIVEN if timeout is None else timeout  # None keeps the SDK's own
+        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=per_attempt)
 
     @property
     def name(self) -> str:
@@ -64,7 +63,7 @@ class AnthropicProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         arguments: dict[str, Any] = {
             "model": self._model,
-            "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+            "max_tokens": request.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,  # Messages requires one
             "system": request.system,
             "messages": _messages(request.messages),
         }

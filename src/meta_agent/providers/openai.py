@@ -9,8 +9,7 @@ from typing import Any
 
 import openai
 
-from meta_agent.errors import ModelNotConfigured
-from meta_agent.messages import (
+from meta_agent.core.messages import (
     TOO_DEEP,
     AssistantMessage,
     ImagePart,
@@ -25,6 +24,7 @@ from meta_agent.messages import (
     Usage,
     UserMessage,
 )
+from meta_agent.errors import ModelNotConfigured
 from meta_agent.providers import (
     UNREADABLE,
     WrongShape,
@@ -56,8 +56,9 @@ class OpenAIProvider:
             api_key = "none"  # local OpenAI-compatible servers take any key
         self._name = f"{label}:{model}"
         self._model = model
-        options = {} if timeout is None else {"timeout": timeout}  # per attempt; None keeps the SDK's 600 s
-        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, **options)
+        # per attempt; None keeps the SDK's own 600 s
+        per_attempt = openai.NOT_GIVEN if timeout is None else timeout
+        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=per_attempt)
         self._key_variable = {"gemini": "GEMINI_API_KEY", "ollama": "OLLAMA_HOST"}.get(label, "OPENAI_API_KEY")
 
     @property

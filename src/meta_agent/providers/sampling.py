@@ -13,8 +13,8 @@ import mcp.types as t
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import ValidationError
 
-from meta_agent.errors import ProviderError
-from meta_agent.messages import (
+from meta_agent.core.limits import DEFAULT_MAX_OUTPUT_TOKENS
+from meta_agent.core.messages import (
     AssistantMessage,
     ImagePart,
     Message,
@@ -26,9 +26,7 @@ from meta_agent.messages import (
     ToolMessage,
     UserMessage,
 )
-
-# Sampling has no max_tokens default; this is enough for an answer or a round of tool calls.
-DEFAULT_MAX_TOKENS = 8192
+from meta_agent.errors import ProviderError
 
 
 class SamplingProvider:
@@ -56,7 +54,7 @@ class SamplingProvider:
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
                 result = await self._session.create_message(
                     _messages(request.messages),
-                    max_tokens=request.max_output_tokens or DEFAULT_MAX_TOKENS,
+                    max_tokens=request.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,  # sampling has no default
                     system_prompt=request.system,
                     tools=tools,
                     tool_choice=t.ToolChoice(mode=request.tool_choice),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 
+from meta_agent.core.messages import ModelRequest, ModelResponse
 from meta_agent.errors import ScriptError
-from meta_agent.messages import ModelRequest, ModelResponse
 
 Step = ModelResponse | BaseException | Callable[[ModelRequest], Awaitable[ModelResponse]]
 

@@ -1,0 +1,1 @@
+"""The MCP edge towards the child servers: their processes, connections and supervision."""

@@ -1,0 +1,152 @@
+"""The commands that start the children: `run`, `tools`, `check` and `trust`.
+
+Imported only when one of them runs: the engine brings the MCP SDK and the providers with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import fnmatch
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from meta_agent.children.supervisor import ChildPool
+from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, LiveView, check_line, fail, note, paint_for, print_toolbox
+from meta_agent.config import ServerEntry, Settings
+from meta_agent.engine import Engine
+from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
+from meta_agent.records import trustfile
+from meta_agent.text import plural
+from meta_agent.toolbox import Toolbox, definition_of
+
+log = structlog.get_logger("meta_agent.cli")
+
+
+async def run_task(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    view = LiveView(sys.stderr)
+    try:
+        async with Engine(settings, servers, os.environ, restart=False, trust_file=args.trust_file) as engine:
+            result = await engine.run(
+                args.task, mode=args.mode, patterns=args.tools, max_steps=args.max_steps, emit=view
+            )
+    except (ConfigError, PatternError, ModelNotConfigured) as exc:
+        return fail(str(exc), EXIT_USAGE)
+    except MetaAgentError as exc:
+        if view.result is None:  # no run started
+            return fail(str(exc), EXIT_FAILED)
+        if args.json:  # the failed run's result, stop reason error
+            print(json.dumps(view.result.to_json(), indent=2))
+        return fail(f"{exc} (run_id {view.result.run_id}; see meta-agent runs show {view.result.run_id})", EXIT_FAILED)
+    except anyio.get_cancelled_exc_class():
+        if args.json and view.result is not None:  # what was gathered before the cancel
+            print(json.dumps(view.result.to_json(), indent=2))
+        raise
+    except BrokenPipeError:
+        raise  # the reader of our output went away: `main` says nothing more
+    except Exception as exc:  # a bug of ours: one line for the user, the traceback at debug level
+        log.debug("run_crashed", exc_info=True)
+        run = f" (run_id {view.result.run_id})" if view.result is not None else ""
+        return fail(f"failed: {summary(exc)}{run}; --log-level debug shows where", EXIT_FAILED)
+    for index, image in enumerate(result.images, 1):
+        path = Path(f"meta-agent-{result.run_id}-{index}.{image.mime_type.split('/')[-1]}")
+        await anyio.Path(path).write_bytes(base64.b64decode(image.data))
+        note(f"wrote {path}")
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.answer)
+    return 0
+
+
+# -- tools and check -----------------------------------------------------------------------------------------------
+
+
+async def list_tools(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    engine = Engine(
+        settings, servers, os.environ, restart=False, start_timeout=args.start_timeout, trust_file=args.trust_file
+    )
+    async with engine:
+        await engine.pool.wait_settled()
+        if args.json:
+            print(json.dumps(engine.describe(), indent=2))
+        else:
+            print_toolbox(engine.toolbox(), engine.pool, sys.stdout, engine.withheld)
+    if engine.trust_problem:  # bad input, though the toolbox above shows the levels that apply meanwhile
+        return fail(engine.trust_problem, EXIT_USAGE)
+    return 0
+
+
+async def check_servers(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    out = sys.stdout
+    paint = paint_for(out)
+    print(f"{args.config}: {plural(len(servers), 'server')}", file=out, flush=True)
+    width = max((len(name) for name in servers), default=0)
+    failed: list[str] = []
+    async with ChildPool(servers, restart=False, start_timeout=args.start_timeout) as pool:
+        for child in pool:  # in file order, each line as soon as its child has started or failed
+            await child.settled.wait()
+            status = child.status
+            print(f"  {child.name.ljust(width)}  {check_line(status, paint)}", file=out, flush=True)
+            if status.state == "failed":
+                failed.append(child.name)
+        problems = Toolbox.build([], pool).problems
+    for problem in problems:
+        print(f"  problem: {problem}", file=out)
+    if failed:
+        print(f"{len(failed)} of {len(servers)} failed: {', '.join(failed)}", file=out)
+        return EXIT_FAILED
+    return 0
+
+
+# -- trust ---------------------------------------------------------------------------------------------------------
+
+
+async def record_trust(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    """Record a level for the tools a pattern matches, with their definitions' hashes; or list what is recorded."""
+    path: Path = args.trust_file
+    recorded = trustfile.load(path)
+    if args.level == "forget":
+        gone = [name for name in recorded if fnmatch.fnmatchcase(name, args.pattern)]
+        if not gone:
+            return fail(f"trust: nothing recorded matches {args.pattern!r} in {path}", EXIT_USAGE)
+        trustfile.save(path, {name: r for name, r in recorded.items() if name not in gone})
+        print(f"forgot {', '.join(gone)}")
+        return 0
+    # The tools as their servers define them now, without recorded levels in the way.
+    engine = Engine(settings, servers, os.environ, restart=False, start_timeout=args.start_timeout)
+    async with engine:
+        await engine.pool.wait_settled()
+        current = {spec.name: spec for spec in engine.toolbox().tools}
+        statuses = {child.name: child.status for child in engine.pool}
+    if args.pattern is None:
+        _print_recorded(path, recorded, current, statuses)
+        return 0
+    chosen = [spec for name, spec in current.items() if fnmatch.fnmatchcase(name, args.pattern)]
+    if not chosen:
+        return fail(f"trust: {args.pattern!r} matches no tool (see `meta-agent tools`)", EXIT_USAGE)
+    for spec in chosen:
+        definition = definition_of(spec)
+        recorded[spec.name] = trustfile.Recorded(level=args.level, definition=definition, recorded=trustfile.now())
+    trustfile.save(path, recorded)
+    print(f"{args.level}: {', '.join(spec.name for spec in chosen)} (recorded in {path})")
+    return 0
+
+
+def _print_recorded(path: Path, recorded: dict[str, Any], current: dict[str, Any], statuses: dict[str, Any]) -> None:
+    print(f"{path}: {plural(len(recorded), 'recorded level')}")
+    width = max((len(name) for name in recorded), default=0)
+    for name, entry in sorted(recorded.items()):
+        spec = current.get(name)
+        if spec is None:
+            server = statuses.get(name.split(".", 1)[0])
+            why = f" (server {server.state}: {server.error})" if server is not None and server.error else ""
+            state = f"not applied: no such tool now{why}"
+        elif definition_of(spec) != entry.definition:
+            state = "not applied: the tool changed since; record it again to trust it"
+        else:
+            state = "applies"
+        print(f"  {name.ljust(width)}  {entry.level.ljust(6)}  {entry.recorded}  {state}")

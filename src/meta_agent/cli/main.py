@@ -1,0 +1,209 @@
+"""The `meta-agent` command line: its parser, `main`, and how a signal stops a command. The commands themselves are
+in cli/serving.py (`serve`), cli/commands.py (`run`, `tools`, `check`, `trust`) and cli/runs.py (`runs`), each
+imported only when it runs, so `--help` and bad input answer without loading the MCP SDK or a vendor SDK.
+
+Exit codes: 0 success; 1 a check or a run failed; 2 bad input (config, settings, arguments, no model); 128 + N
+stopped by signal N (130 for Ctrl-C, 143 for SIGTERM), whether or not the host keeps our stdin open, and always after
+every child's whole process group has been ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import anyio
+
+from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fail, note
+from meta_agent.config import DEFAULT_START_TIMEOUT, load_servers, load_settings
+from meta_agent.errors import ConfigError
+from meta_agent.records import trustfile
+from meta_agent.records.tracing import configure_logging
+from meta_agent.records.trustfile import LEVELS, trust_path
+from meta_agent.text import plural
+from meta_agent.version import __version__
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+Command = Callable[..., Awaitable[int]]  # a command's coroutine function: (args, settings, servers) -> exit code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, not argparse's usage block."""
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    # SUPPRESS: an option given before the command is not reset by the command's own parser.
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="servers.json to use (default: $META_AGENT_CONFIG, else ./servers.json)",
+    )
+    common.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default=argparse.SUPPRESS, help="log level"
+    )
+    parser = _Parser(prog="meta-agent", description="An MCP server that is itself an agent.", parents=[common])
+    parser.add_argument("--version", action="version", version=f"meta-agent {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    serve = commands.add_parser("serve", parents=[common], help="serve MCP on stdio (default) or streamable HTTP")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
+    serve.add_argument(
+        "--allowed-host", action="append", default=[], metavar="HOST", help="HTTP: another Host header to accept"
+    )
+
+    run = commands.add_parser("run", parents=[common], help="run one task in-process; the answer goes to stdout")
+    run.add_argument("task")
+    run.add_argument("--mode", choices=["ask", "plan", "agent"], default="agent")
+    run.add_argument("--tools", nargs="+", metavar="PATTERN", help="glob patterns over tool names")
+    run.add_argument("--max-steps", type=_positive, metavar="N")
+    run.add_argument("--json", action="store_true", help="print the structured result as JSON")
+
+    trust = commands.add_parser(
+        "trust", parents=[common], help="record a trust level for tools (kept beside the config); list what is recorded"
+    )
+    trust.add_argument(
+        "pattern", nargs="?", metavar="TOOL", help="a namespaced tool name or glob (pg.execute_sql, pg.*)"
+    )
+    trust.add_argument("level", nargs="?", choices=[*LEVELS, "forget"], help="never, ask, always, or forget")
+
+    tools = commands.add_parser("tools", parents=[common], help="the toolbox: each child's tools, status and trust")
+    tools.add_argument("--json", action="store_true", help="print the toolbox as JSON")
+    runs = commands.add_parser("runs", parents=[common], help="recent runs from their traces; `runs show ID` tells one")
+    runs.add_argument("show", nargs="?", choices=["show"], help="show one run step by step")
+    runs.add_argument("run_id", nargs="?", metavar="RUN_ID")
+    check = commands.add_parser(
+        "check", parents=[common], help="validate servers.json, start every child and report; exit 1 if any fails"
+    )
+    for sub in (tools, check, trust):
+        sub.add_argument(
+            "--start-timeout",
+            type=_seconds,
+            default=DEFAULT_START_TIMEOUT,
+            metavar="SECONDS",
+            help=f"how long a child may take to start (default {DEFAULT_START_TIMEOUT:g})",
+        )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (the console script exits with it)."""
+    args = _parser().parse_args(argv)
+    args.config = getattr(args, "config", None)
+    if args.command == "runs":
+        from meta_agent.cli.runs import show_runs
+
+        return _quietly_on_a_closed_pipe(show_runs, args)
+    if args.command == "trust" and args.pattern is not None and args.level is None:
+        return fail("trust: give a level after the tool: never, ask, always or forget", EXIT_USAGE)
+    try:
+        settings = load_settings()
+        args.config = args.config or settings.config
+        servers = load_servers(args.config, os.environ)
+        settings.enabled_internal_tools(["image_gen"])  # an unknown name is bad input: say so before starting
+        args.trust_file = trust_path(args.config)
+        if args.command != "tools":  # likewise a broken trust file; `tools` shows what it does to the levels
+            trustfile.load(args.trust_file)
+    except ConfigError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    default_level = "info" if args.command == "serve" else "warning"
+    configure_logging(getattr(args, "log_level", None) or settings.log_level or default_level)
+    return _quietly_on_a_closed_pipe(anyio.run, _until_signalled, _command(args), args, settings, servers)
+
+
+def _command(args: argparse.Namespace) -> Command:
+    """The command to run, imported now: each brings the MCP SDK, and `serve` its server, with it."""
+    if args.command == "serve":
+        from meta_agent.cli import serving
+
+        return serving.serve_on_http if args.transport == "http" else serving.serve_on_stdio
+    from meta_agent.cli import commands
+
+    named = {
+        "run": commands.run_task,
+        "tools": commands.list_tools,
+        "check": commands.check_servers,
+        "trust": commands.record_trust,
+    }
+    return named[args.command]
+
+
+def _quietly_on_a_closed_pipe(function: Callable[..., int], *args: Any) -> int:
+    try:
+        return function(*args)
+    except BrokenPipeError:
+        # The reader went away (`meta-agent tools | head`): nothing more to say, and no traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+async def _until_signalled(command: Command, *args: Any) -> int:
+    """Run `command`; the first SIGINT, SIGTERM or SIGHUP cancels it. Signals stay caught until the command has
+    finished unwinding, so a second one cannot interrupt the stopping of the children; it says which are left."""
+    received: list[int] = []
+    result, broken_pipe = 0, False
+    with anyio.open_signal_receiver(*SIGNALS) as signals:
+        async with anyio.create_task_group() as tg:
+            with anyio.CancelScope() as work:
+
+                async def watch() -> None:
+                    async for signum in signals:
+                        if not received:
+                            received.append(signum)
+                            work.cancel()
+                        else:
+                            note(_still_stopping())
+
+                tg.start_soon(watch)
+                try:
+                    result = await command(*args)
+                except* BrokenPipeError:  # the reader of our stdout went away, possibly inside a task group
+                    broken_pipe = True
+            tg.cancel_scope.cancel()
+    if broken_pipe:
+        raise BrokenPipeError
+    if received:
+        note(f"stopped by {signal.Signals(received[0]).name}")
+        return EXIT_SIGNALLED + received[0]
+    return result
+
+
+def _still_stopping() -> str:
+    """What a second signal is told: the children whose processes are still being stopped."""
+    from meta_agent.children.stdio import running_children  # loaded by then if any child was started
+
+    left = running_children()
+    if left:
+        return f"still stopping {plural(len(left), 'child server')}: {', '.join(left)}"
+    return "still stopping; no child server process is left"

@@ -1,0 +1,118 @@
+"""`meta-agent serve`: MCP on stdio, or streamable HTTP on sockets bound before anything starts.
+
+Imported only by that command: the MCP front it starts brings the MCP SDK's server with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import socket
+import sys
+
+import structlog
+
+from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, fail
+from meta_agent.config import ServerEntry, Settings
+from meta_agent.errors import ConfigError
+
+MAX_PORT = 65535
+LISTEN_BACKLOG = 2048  # uvicorn's default: connections queue here while the server is still starting up
+
+log = structlog.get_logger("meta_agent.cli")
+
+
+async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    """Serve MCP on stdin and stdout until the host closes stdin or a signal stops it."""
+    from meta_agent.front.server import build_server
+    from meta_agent.front.stdio import serve_stdio
+
+    await serve_stdio(build_server(settings, servers, os.environ, trust_file=args.trust_file))
+    return 0
+
+
+async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    """Serve streamable HTTP at /mcp on `--host` and `--port`; a port that cannot be listened on is exit 2."""
+    from meta_agent.front.http import StartupFailed, serve_http
+    from meta_agent.front.server import build_server, http_app
+
+    try:
+        app = http_app(
+            build_server(settings, servers, os.environ, trust_file=args.trust_file),
+            host=args.host,
+            token=settings.http_token,
+            allowed_hosts=tuple(args.allowed_host),
+        )
+        # Bound before anything starts, so a port that is taken is one line, not a started and stopped server.
+        sockets = _listening_sockets(args.host, args.port)
+    except ConfigError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    host, port = sockets[0].getsockname()[:2]
+    log.info("serving_http", url=f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp")
+    try:
+        await serve_http(app, sockets)
+    except StartupFailed:
+        return fail("serve: the server failed to start (the log above says why)", EXIT_FAILED)
+    return 0
+
+
+def _listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """A listening socket on each address of `host` (one with IPv4 and IPv6 for localhost; `::` takes both).
+
+    Raises:
+        ConfigError: the port is out of range, the host does not resolve, or an address cannot be listened on (the
+        port is taken, the address is not this machine's, or the port is privileged).
+    """
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if not 0 <= port <= MAX_PORT:
+        raise ConfigError(f"--port: {port} is not a port number (0 to {MAX_PORT})")
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host: cannot resolve {host!r}: {exc.strerror}") from None
+    # An IPv4 address of the host gets a socket of its own; without one, an IPv6 socket also takes IPv4 (`::`).
+    with_ipv4 = any(family == socket.AF_INET for family, *_ in addresses)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            _exclusive_port(sock)
+            if family == socket.AF_INET6:
+                _only_ipv6(sock, with_ipv4)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                if exc.errno != errno.EADDRNOTAVAIL or len(addresses) == 1:
+                    raise
+                sockets.pop().close()  # that family is not enabled here (a container without IPv6)
+                continue
+            sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        option = "--host" if exc.errno == errno.EADDRNOTAVAIL else "--port"
+        raise ConfigError(f"{option}: cannot listen on {where}: {(exc.strerror or str(exc)).lower()}") from None
+    if not sockets:
+        raise ConfigError(f"--host: cannot listen on {where}: none of its addresses is this machine's")
+    return sockets
+
+
+def _exclusive_port(sock: socket.socket) -> None:
+    """Binding fails on a port another socket listens on, but a restart need not wait out TIME_WAIT."""
+    if sys.platform == "win32":
+        # There SO_REUSEADDR lets a bind succeed on a port another server listens on; this makes it fail instead.
+        # No test covers it: the tests run on Linux only.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_EXCLUSIVEADDRUSE, 1)
+    else:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+
+def _only_ipv6(sock: socket.socket, only: bool) -> None:
+    """Set IPV6_V6ONLY either way: the default differs between systems (on Windows, IPv6 only)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(only))
+    except OSError:
+        if only:
+            raise  # else a system without dual-stack sockets (OpenBSD): the socket stays IPv6-only

@@ -1,0 +1,58 @@
+"""One line of text per event: the progress message hosts show and the live view of `meta-agent run`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from meta_agent.core import events as ev
+from meta_agent.text import one_line, plural
+
+ARGUMENTS_SHOWN = 160
+TEXT_SHOWN = 160
+
+
+def describe(event: ev.Event) -> str | None:
+    """The event as one line (design.md §2.5), or None for events that say nothing new to a person."""
+    match event:
+        case ev.RunStarted(mode=mode, model=model, tools=tools):
+            return f"start · {mode} with {model} · {plural(len(tools), 'tool')}"
+        case ev.ModelTurnStarted(step=step, final=final):
+            return f"step {step} · model{' (last turn, no tools)' if final else ''}"
+        case ev.Thinking(step=step, text=text):
+            return f"step {step} · thinking: {one_line(text, TEXT_SHOWN)}"
+        case ev.ToolCallStarted(step=step, name=name, arguments=arguments):
+            return f"step {step} · call {name} {_arguments(arguments)}"
+        case ev.ToolCallFinished(step=step, name=name, ok=True, duration_ms=ms):
+            return f"step {step} · {name} ok ({ms} ms)"
+        case ev.ToolCallFinished(step=step, name=name, duration_ms=ms, error=error):
+            return f"step {step} · {name} error ({ms} ms): {one_line(error or '', TEXT_SHOWN)}"
+        case ev.ChildProgress(step=step, name=name, progress=progress, total=total, message=message):
+            told = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
+            return f"step {step} · {name}: {one_line(told, TEXT_SHOWN)}"
+        case ev.Heartbeat(step=0, waiting_for=what, elapsed_s=elapsed):  # before the run's first step
+            return f"waiting · for {what} ({elapsed:.0f} s)"
+        case ev.Heartbeat(step=step, waiting_for=what, elapsed_s=elapsed):
+            return f"step {step} · still waiting for {what} ({elapsed:.0f} s)"
+        case ev.ApprovalRequested(step=step, name=name, arguments=arguments):
+            return f"step {step} · asking the user to allow {name} {_arguments(arguments)}"
+        case ev.ApprovalAnswered(step=step, name=name, allowed=allowed, answer=answer):
+            return f"step {step} · {name} {'allowed' if allowed else 'not allowed'}: {answer}"
+        case ev.LimitReached(step=step, limit=limit):
+            return f"step {step} · limit {limit}: asking for a final answer"
+        case ev.RunFinished(result=result):
+            usage = result.usage
+            return (
+                f"done · {result.stop_reason} ({plural(usage.model_calls, 'model call')}, "
+                f"{plural(usage.tool_calls, 'tool call')})"
+            )
+        case ev.RunFailed(error=error):
+            return f"failed · {one_line(error, 300)}"
+        case ev.ModelResponded():
+            return None
+    return None
+
+
+def _arguments(arguments: Mapping[str, Any]) -> str:
+    return one_line(json.dumps(dict(arguments), ensure_ascii=False, default=str), ARGUMENTS_SHOWN)

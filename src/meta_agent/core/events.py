@@ -1,0 +1,216 @@
+"""What a run reports, as it happens: frozen events in one union, the contract for every sink.
+
+The loop emits them in order; the MCP progress reporter, the terminal printer and the trace writer read them.
+Event `kind`s are public names: they do not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from meta_agent.core.messages import ImagePart, Message, ModelRequest, ModelResponse, Part
+from meta_agent.core.result import RunOut
+
+Mode = Literal["ask", "plan", "agent"]
+StopReason = Literal["final", "max_steps", "token_budget", "deadline", "cancelled", "error"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallRecord:
+    name: str  # the MCP-facing name (server.tool)
+    arguments: Mapping[str, Any]
+    ok: bool
+    duration_ms: int
+    error: str | None = None
+    error_kind: str | None = None  # tool, timeout, approval or limit
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    index: int
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunUsage:
+    model_calls: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    duration_ms: int = 0
+    tool_ms: Mapping[str, int] = field(default_factory=dict)  # time spent in each tool, summed over its calls
+    errors: Mapping[str, int] = field(default_factory=dict)  # by category: model, tool, timeout, approval, limit
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    answer: str
+    stop_reason: StopReason
+    run_id: str
+    steps: tuple[StepRecord, ...] = ()
+    usage: RunUsage = field(default_factory=RunUsage)
+    images: tuple[ImagePart, ...] = ()  # images internal tools made during the run, for the host
+    conversation_id: str | None = None
+    conversation_trimmed: int = 0  # oldest turns of the conversation dropped to keep it within bounds
+    conversation_error: str | None = None  # why this turn is in no conversation (it could not be saved)
+    transcript: tuple[Message, ...] = field(default=(), repr=False)  # the whole conversation so far
+
+    def to_json(self) -> dict[str, Any]:
+        """The structured result of design.md §2.4, as its one definition (meta_agent.core.result) dumps it."""
+        return RunOut.model_validate(self).model_dump()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted:
+    run_id: str
+    mode: Mode
+    task: str
+    model: str
+    tools: tuple[str, ...]
+    kind: Literal["run_started"] = "run_started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelTurnStarted:
+    step: int
+    final: bool = False  # the last turn after a limit: no tools
+    kind: Literal["model_turn_started"] = "model_turn_started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thinking:
+    step: int
+    text: str
+    kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequested:
+    """What is sent to the model: the whole transcript and the exact tool schemas (for the trace)."""
+
+    step: int
+    request: ModelRequest
+    kind: Literal["model_requested"] = "model_requested"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponded:
+    step: int
+    text: str
+    tool_calls: tuple[str, ...]  # MCP-facing names, or the alias when the model named no known tool
+    input_tokens: int
+    output_tokens: int
+    duration_ms: int
+    response: ModelResponse | None = None  # the whole response: text, tool calls, thinking, usage
+    kind: Literal["model_responded"] = "model_responded"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallStarted:
+    step: int
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+    kind: Literal["tool_call_started"] = "tool_call_started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallFinished:
+    step: int
+    call_id: str
+    name: str
+    ok: bool
+    duration_ms: int
+    error: str | None = None
+    result: tuple[Part, ...] = ()  # as the model gets it (placeholders, cut)
+    full_result: tuple[Part, ...] = ()  # as the tool returned it
+    kind: Literal["tool_call_finished"] = "tool_call_finished"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildProgress:
+    step: int
+    call_id: str
+    name: str
+    progress: float
+    total: float | None
+    message: str | None
+    kind: Literal["child_progress"] = "child_progress"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heartbeat:
+    step: int  # 0: before the run's first step (a turn queued behind another turn of its conversation)
+    waiting_for: str  # "model", a tool's MCP-facing name, "the user's answer", "the conversation's previous turn"
+    elapsed_s: float
+    kind: Literal["heartbeat"] = "heartbeat"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequested:
+    """The user is being asked whether a tool may run."""
+
+    step: int
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+    kind: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalAnswered:
+    """What came of it: `answer` is "allowed once", "allowed for this session", "denied", "declined", "cancelled",
+    "already allowed for this session", or why nobody could be asked."""
+
+    step: int
+    call_id: str
+    name: str
+    allowed: bool
+    answer: str
+    kind: Literal["approval_answered"] = "approval_answered"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitReached:
+    step: int
+    limit: StopReason
+    kind: Literal["limit_reached"] = "limit_reached"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished:
+    result: RunResult
+    kind: Literal["run_finished"] = "run_finished"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFailed:
+    """The run ended with stop reason `error`: `error` says why in one line; `result` is what the run had done."""
+
+    run_id: str
+    error: str
+    result: RunResult | None = None
+    kind: Literal["run_failed"] = "run_failed"
+
+
+Event = (
+    RunStarted
+    | ModelTurnStarted
+    | ModelRequested
+    | Thinking
+    | ModelResponded
+    | ToolCallStarted
+    | ToolCallFinished
+    | ChildProgress
+    | Heartbeat
+    | ApprovalRequested
+    | ApprovalAnswered
+    | LimitReached
+    | RunFinished
+    | RunFailed
+)
+
+# A sink of the event stream: the MCP progress reporter, the terminal printer, the trace writer.
+Emit = Callable[[Event], Awaitable[None]]

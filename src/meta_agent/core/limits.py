@@ -1,0 +1,41 @@
+"""A run's limits: one value object that checks itself before every model call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meta_agent.errors import LimitExceeded
+from meta_agent.text import plural
+
+# The defaults of design.md §2.3 and §3, stated once: the settings (config.py) and the loop both take them from here.
+DEFAULT_MAX_STEPS = 10
+DEFAULT_PLAN_STEPS = 4
+# More calls than this in one model turn is a model gone astray; the extra calls are refused, not run.
+DEFAULT_MAX_TOOL_CALLS_PER_STEP = 16
+DEFAULT_TOKEN_BUDGET = 200_000
+# The cap on one answer where the wire format needs one (Anthropic Messages, MCP sampling): enough for an answer or a
+# round of tool calls.
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    max_steps: int = DEFAULT_MAX_STEPS
+    max_tool_calls_per_step: int = DEFAULT_MAX_TOOL_CALLS_PER_STEP
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+    time_limit: float | None = None  # seconds of wall clock for the run
+
+    def check(self, *, steps_done: int, tokens_used: int, elapsed: float) -> None:
+        """Call before each model call.
+
+        Raises:
+            LimitExceeded: naming the limit (`max_steps`, `token_budget` or `deadline`) in `reason`.
+        """
+        if steps_done >= self.max_steps:
+            raise LimitExceeded("max_steps", f"the step limit ({plural(self.max_steps, 'step')}) was reached")
+        if tokens_used >= self.token_budget:
+            raise LimitExceeded(
+                "token_budget", f"the token budget ({self.token_budget} tokens) was used up ({tokens_used} tokens)"
+            )
+        if self.time_limit is not None and elapsed >= self.time_limit:
+            raise LimitExceeded("deadline", f"the time limit ({self.time_limit:g} s) passed")

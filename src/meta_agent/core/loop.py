@@ -1,0 +1,320 @@
+"""The one loop: model turn, tool calls, repeat, within limits; every step an event.
+
+Each model turn ends in a small tagged value (`Answer`, `CallTools` or `OutOfTime`) and the loop branches on it.
+A tool failure of any kind goes back to the model as an error result and the run goes on; a limit leads to one
+last turn without tools; cancellation and provider errors end the run. How one step's tool calls run (queues per
+server, approval, shaping results) is `tool_step`'s; the heartbeats of slow waits are `heartbeat`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import assert_never
+
+import anyio
+from ulid import ULID
+
+from meta_agent.core import events as ev
+from meta_agent.core import tool_call
+from meta_agent.core.events import Emit, Mode, RunResult, RunUsage, StepRecord, StopReason
+from meta_agent.core.heartbeat import HEARTBEAT_INTERVAL, Pulse
+from meta_agent.core.limits import Limits
+from meta_agent.core.messages import (
+    AssistantMessage,
+    Message,
+    ModelRequest,
+    ToolCall,
+    ToolMessage,
+    ToolResult,
+    ToolSchema,
+    Usage,
+    UserMessage,
+)
+from meta_agent.core.provider import Provider
+from meta_agent.core.tool_call import Approver, bounded
+from meta_agent.core.tool_step import ToolRunner, ToolStepRunner, ms_since
+from meta_agent.core.tools import ToolSpec
+from meta_agent.errors import LimitExceeded, MetaAgentError, summary
+
+# What the model sees of one tool result at most; the trace keeps the whole result.
+DEFAULT_MAX_RESULT_CHARS = 50_000
+
+SYSTEM_PROMPTS: dict[Mode, str] = {
+    "agent": (
+        "You are meta-agent, an agent that completes the user's task with the tools you are given. Call tools when "
+        "they help; several independent calls may go in one turn. When the task is done, reply with the final "
+        "answer and call no tool."
+    ),
+    "plan": (
+        "You are meta-agent in planning mode. You may only use the read-only tools you are given, to look before "
+        "you plan; change nothing. Reply with a numbered plan (1., 2., ...) of concrete steps, naming the tools "
+        "that would carry each one out."
+    ),
+    "ask": "You are meta-agent. Answer the user directly. You may call one of the tools you are given if it helps.",
+}
+ASK_RUNS_ONE = "not run: ask runs one tool call, the first one asked for"
+FINAL_TURN = (
+    "Stop here: {why}. Do not call any tool. Give your best final answer from what you have gathered so far, and "
+    "say briefly what is left undone."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    task: str
+    mode: Mode
+    tools: tuple[ToolSpec, ...]  # already selected for the mode and the caller's patterns
+    limits: Limits = field(default_factory=Limits)
+    history: tuple[Message, ...] = ()
+    run_id: str = field(default_factory=lambda: str(ULID()))
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+
+
+@dataclass(frozen=True)
+class CallTools:
+    text: str
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class OutOfTime:
+    pass
+
+
+# How a model turn ended; the loop branches on it.
+ModelTurnEnd = Answer | CallTools | OutOfTime
+
+
+async def _ignore(_event: ev.Event) -> None:
+    return None
+
+
+async def run(
+    request: RunRequest,
+    *,
+    provider: Provider,
+    tools: ToolRunner,
+    emit: Emit = _ignore,
+    approver: Approver | None = None,
+    heartbeat_interval: float = HEARTBEAT_INTERVAL,
+    checks: tool_call.ArgumentCheck | None = None,
+) -> RunResult:
+    """Run one task to an answer.
+
+    Raises:
+        ProviderError: the model provider failed (after a `RunFailed` event whose result has stop reason `error`).
+        Cancellation: re-raised after a `RunFinished` event with stop reason `cancelled`.
+    """
+    return await _Run(request, provider, tools, emit, approver, heartbeat_interval, checks).go()
+
+
+class _Run:
+    def __init__(
+        self,
+        request: RunRequest,
+        provider: Provider,
+        tools: ToolRunner,
+        emit: Emit,
+        approver: Approver | None,
+        heartbeat_interval: float,
+        checks: tool_call.ArgumentCheck | None,
+    ) -> None:
+        self.request = request
+        self.provider = provider
+        self.emit = emit
+        self.pulse = Pulse(heartbeat_interval, self._beat)
+        self.tool_steps = ToolStepRunner(
+            tools=request.tools,
+            runner=tools,
+            mode=request.mode,
+            run_id=request.run_id,
+            emit=emit,
+            approver=approver,
+            checks=checks or tool_call.ArgumentCheck(),
+            pulse=self.pulse,
+            accepts_images=provider.accepts_images,
+            max_result_chars=request.max_result_chars,
+            max_calls_per_step=request.limits.max_tool_calls_per_step,
+        )
+        self.schemas = tuple(
+            ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema)
+            for spec in request.tools
+        )
+        self.transcript: list[Message] = [*request.history, UserMessage.of(request.task)]
+        self.usage = Usage()
+        self.model_calls = 0
+        self.steps: list[StepRecord] = []
+        self.limits_hit = 0
+        self.started = anyio.current_time()
+
+    async def go(self) -> RunResult:
+        request = self.request
+        await self.emit(
+            ev.RunStarted(
+                run_id=request.run_id,
+                mode=request.mode,
+                task=request.task,
+                model=self.provider.name,
+                tools=tuple(spec.name for spec in request.tools),
+            )
+        )
+        try:
+            result = await self._steps_with_pulse()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self.emit(ev.RunFinished(result=self._result("", "cancelled")))
+            raise
+        except Exception as exc:
+            await self._failed(exc)
+            raise
+        await self.emit(ev.RunFinished(result=result))
+        return result
+
+    async def _failed(self, exc: Exception) -> None:
+        """The run ends with stop reason `error`, its last event saying why: our one-line error (the provider's), or
+        a bug of ours (its type and first line; the caller logs the traceback)."""
+        error = str(exc) if isinstance(exc, MetaAgentError) else summary(exc)
+        result = self._result(f"(no answer: {error})", "error")
+        await self.emit(ev.RunFailed(run_id=self.request.run_id, error=error, result=result))
+
+    async def _steps_with_pulse(self) -> RunResult:
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.pulse.run)
+            try:
+                result = await self._steps()
+            except Exception as exc:  # raised again below, outside the task group, so it is not wrapped in a group
+                failure = exc
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return result
+
+    async def _steps(self) -> RunResult:
+        while True:
+            try:
+                self.request.limits.check(
+                    steps_done=len(self.steps), tokens_used=self.usage.total, elapsed=self._elapsed()
+                )
+            except LimitExceeded as limit:
+                self.limits_hit += 1
+                return await self._last_turn(limit)
+            match await self._model_turn(final=False):
+                case Answer(text=text):
+                    return self._result(text, "final")
+                case CallTools(text=text, calls=calls) if self.request.mode == "ask":
+                    # ask: at most one tool run, and its result is the answer; no second model turn. The calls not
+                    # run are answered too, so the transcript stays one that providers accept when it is continued.
+                    results = await self._run_tools(calls[:1])
+                    unrun = tuple(self.tool_steps.refused(call, ASK_RUNS_ONE, "limit")[0] for call in calls[1:])
+                    self.transcript[-1] = ToolMessage(results=(*results, *unrun))
+                    return self._result("\n\n".join(filter(None, (text, results[0].text))), "final")
+                case CallTools(calls=calls):
+                    await self._run_tools(calls)
+                case OutOfTime():
+                    continue  # the check above ends the run
+                case unreachable:
+                    assert_never(unreachable)
+
+    async def _last_turn(self, limit: LimitExceeded) -> RunResult:
+        await self.emit(ev.LimitReached(step=len(self.steps), limit=limit.reason))
+        self.transcript.append(UserMessage.of(FINAL_TURN.format(why=limit)))
+        turn = await self._model_turn(final=True)
+        text = turn.text if isinstance(turn, (Answer, CallTools)) else ""
+        self.transcript.append(AssistantMessage(text=text))
+        return self._result(text or f"(no answer: {limit})", limit.reason)
+
+    async def _model_turn(self, *, final: bool) -> ModelTurnEnd:
+        step = len(self.steps) + 1
+        await self.emit(ev.ModelTurnStarted(step=step, final=final))
+        model_request = ModelRequest(
+            system=SYSTEM_PROMPTS[self.request.mode],
+            messages=tuple(self.transcript),
+            tools=self.schemas,
+            tool_choice="none" if final else "auto",
+        )
+        started = time.perf_counter()
+        # The last turn is not cut by the deadline: it is what makes a run end with an answer.
+        deadline = float("inf") if final else self._deadline()
+        await self.emit(ev.ModelRequested(step=step, request=model_request))
+        with anyio.move_on_at(deadline):
+            response = bounded(await self.pulse.wait(step, "model", self.provider.complete(model_request)))
+            self.model_calls += 1
+            self.usage += response.usage
+            for part in response.thinking:
+                if part.text:
+                    await self.emit(ev.Thinking(step=step, text=part.text))
+            calls = () if final else response.tool_calls
+            await self.emit(
+                ev.ModelResponded(
+                    step=step,
+                    text=response.text,
+                    tool_calls=tuple(self.tool_steps.name_of(call.name) for call in calls),
+                    input_tokens=response.usage.input_tokens,
+                    output_tokens=response.usage.output_tokens,
+                    duration_ms=ms_since(started),
+                    response=response,
+                )
+            )
+            if final:
+                self.steps.append(StepRecord(index=step))
+                return Answer(response.text)
+            self.transcript.append(response.as_message())
+            if not calls:
+                self.steps.append(StepRecord(index=step))
+                return Answer(response.text)
+            return CallTools(response.text, calls)
+        return OutOfTime()
+
+    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ToolResult]:
+        """Run one step's calls; their results join the transcript and their records the run's steps."""
+        results, record = await self.tool_steps.run_step(len(self.steps) + 1, calls, self._deadline())
+        self.transcript.append(ToolMessage(results=tuple(results)))
+        self.steps.append(record)
+        return results
+
+    async def _beat(self, step: int, waiting_for: str, elapsed: float) -> None:
+        await self.emit(ev.Heartbeat(step=step, waiting_for=waiting_for, elapsed_s=elapsed))
+
+    def _elapsed(self) -> float:
+        return anyio.current_time() - self.started
+
+    def _deadline(self) -> float:
+        limit = self.request.limits.time_limit
+        return float("inf") if limit is None else self.started + limit
+
+    def _metrics(self) -> RunUsage:
+        calls = [call for step in self.steps for call in step.tool_calls]
+        tool_ms: dict[str, int] = {}
+        for call in calls:
+            tool_ms[call.name] = tool_ms.get(call.name, 0) + call.duration_ms
+        errors = dict(Counter(call.error_kind for call in calls if call.error_kind))
+        if self.limits_hit:
+            errors["limit"] = errors.get("limit", 0) + self.limits_hit
+        return RunUsage(
+            model_calls=self.model_calls,
+            tool_calls=len(calls),
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+            duration_ms=round((anyio.current_time() - self.started) * 1000),
+            tool_ms=tool_ms,
+            errors=errors,
+        )
+
+    def _result(self, answer: str, stop_reason: StopReason) -> RunResult:
+        return RunResult(
+            answer=answer,
+            stop_reason=stop_reason,
+            run_id=self.request.run_id,
+            steps=tuple(self.steps),
+            usage=self._metrics(),
+            images=tuple(self.tool_steps.images),
+            transcript=tuple(self.transcript),
+        )

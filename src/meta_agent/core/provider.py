@@ -1,0 +1,34 @@
+"""The one thing the loop asks of a model: the `Provider` protocol. Its implementations, one per wire format, are in
+meta_agent.providers; the loop sees only this."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from meta_agent.core.messages import ModelRequest, ModelResponse
+
+
+class Provider(Protocol):
+    """One model behind one wire format."""
+
+    @property
+    def name(self) -> str:
+        """`provider:model`, for events and errors."""
+        ...
+
+    @property
+    def accepts_images(self) -> bool:
+        """Whether image parts may be sent to the model."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the provider's HTTP client."""
+        ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One model call.
+
+        Raises:
+            ProviderError: a subclass naming what failed; transient failures were already retried by the SDK.
+        """
+        ...

@@ -1,0 +1,138 @@
+"""What the loop does around one tool call: argument checks, trust and approval, and shaping the result for the
+model. No I/O of its own; the approver is the caller's (the MCP front asks the host's user).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from meta_agent.core.events import Mode
+from meta_agent.core.messages import TOO_DEEP, ImagePart, ModelResponse, Part, TextPart, too_deep
+from meta_agent.core.policy import decide
+from meta_agent.core.tools import ToolOutcome, ToolSpec
+from meta_agent.errors import summary
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
+log = structlog.get_logger("meta_agent.tool_call")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The user's answer about one call; `answer` says it in words for the audit trail."""
+
+    allowed: bool
+    answer: str
+
+
+class Approver(Protocol):
+    """Asks the user whether an `ask`-level tool may run."""
+
+    def remembered(self, spec: ToolSpec) -> bool:
+        """Whether the user already allowed this tool for the rest of the session."""
+        ...
+
+    async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        """Ask, and wait for the answer. Never raises for a refusal: a deny, decline or cancel is a Verdict."""
+        ...
+
+
+def blocked(spec: ToolSpec, mode: Mode, approver: Approver | None) -> str | None:
+    """Why the call may not run without asking anyone, or None (it runs, or the user is to be asked)."""
+    decision = decide(mode, spec.trust)
+    where = f'"trust": {{"{spec.tool}": ...}} of server "{spec.server}" in servers.json' if spec.server else ""
+    if decision == "deny":
+        return f"{spec.name} is blocked (trust level never, from {spec.trust_source}); a user can allow it with {where}"
+    if decision == "ask" and approver is None:
+        return (
+            f"{spec.name} needs the user's approval and this caller cannot be asked; to run it without asking, "
+            f'set "always" in {where} or run `meta-agent trust {spec.name} always`'
+        )
+    return None
+
+
+def needs_approval(spec: ToolSpec, mode: Mode) -> bool:
+    return decide(mode, spec.trust) == "ask"
+
+
+def refusal(spec: ToolSpec, verdict: Verdict) -> str:
+    return f"the user did not allow {spec.name} ({verdict.answer}); do without it, or ask the user"
+
+
+def bounded(response: ModelResponse) -> ModelResponse:
+    """`response` with the arguments of each call nested too deep dropped and the call marked invalid: the model is
+    told, and nothing after this (schema checks, the trace, the structured result, a child) ever holds them."""
+    if not any(too_deep(call.arguments) for call in response.tool_calls):
+        return response
+    calls = tuple(
+        replace(call, arguments={}, invalid_arguments=TOO_DEEP) if too_deep(call.arguments) else call
+        for call in response.tool_calls
+    )
+    return replace(response, tool_calls=calls)
+
+
+class ArgumentCheck:
+    """Validates arguments against each tool's input schema; one validator per tool, built on first use and again
+    when the tool's schema changes (a child restarted with a new version)."""
+
+    def __init__(self) -> None:
+        self._validators: dict[str, tuple[Mapping[str, Any], Validator | None]] = {}
+
+    def problem(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
+        """What is wrong with `arguments`, or None. A schema that cannot be used to check (a child's bug) checks
+        nothing: the child sees the arguments and answers for itself."""
+        schema, validator = self._validators.get(spec.name, (None, None))
+        if schema is not spec.input_schema and schema != spec.input_schema:
+            validator = _validator(spec)
+            self._validators[spec.name] = (spec.input_schema, validator)
+        if validator is None:
+            return None
+        from jsonschema.exceptions import best_match  # loaded with the validator: no cost after the first call
+
+        try:
+            error = best_match(validator.iter_errors(dict(arguments)))
+        except Exception as exc:  # e.g. a bad regex in a pattern: the schema fails while checking
+            log.warning("schema_unusable", tool=spec.name, error=f"{type(exc).__name__}: {exc}")
+            self._validators[spec.name] = (spec.input_schema, None)
+            return None
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"{where}: {error.message}" if where else error.message
+
+
+def _validator(spec: ToolSpec) -> Validator | None:
+    import jsonschema  # here, not at the top: a server that never runs a tool never pays for the import
+
+    try:
+        cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(dict(spec.input_schema))
+        return cls(spec.input_schema)
+    except Exception as exc:  # jsonschema raises several kinds for a broken schema
+        log.warning("schema_unusable", tool=spec.name, error=summary(exc))
+        return None
+
+
+def for_model(outcome: ToolOutcome, *, accepts_images: bool, max_chars: int) -> ToolOutcome:
+    """Placeholders for images the model cannot take; text beyond `max_chars` cut with a marker saying how much."""
+    parts: list[Part] = []
+    budget = max_chars
+    for part in outcome.parts:
+        if isinstance(part, ImagePart) and not accepts_images:
+            part = TextPart(text=f"[image: {part.mime_type}, {len(part.data) * 3 // 4} bytes, not shown]")
+        if isinstance(part, TextPart):
+            if len(part.text) > budget:
+                cut = len(part.text) - budget
+                part = TextPart(text=f"{part.text[:budget]}\n[... cut {cut:,} of {len(part.text):,} characters]")
+            budget = max(0, budget - len(part.text))
+        parts.append(part)
+    return ToolOutcome(parts=tuple(parts), is_error=outcome.is_error, error_kind=outcome.error_kind)
+
+
+def error(text: str, kind: str = "tool") -> ToolOutcome:
+    return ToolOutcome(parts=(TextPart(text=text),), is_error=True, error_kind=kind)

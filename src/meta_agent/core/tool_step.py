@@ -1,0 +1,239 @@
+"""One step's tool calls: run concurrently, each checked, approved if it must be, run and its result shaped for the
+model; calls that may change things run one at a time per server, in the order the model gave. Every call is two
+events and one record.
+
+A failure of any kind, ours included, becomes an error result for the model, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import anyio
+import structlog
+
+from meta_agent.core import events as ev
+from meta_agent.core import tool_call
+from meta_agent.core.events import Emit, Mode, StepRecord, ToolCallRecord
+from meta_agent.core.heartbeat import Pulse
+from meta_agent.core.messages import ImagePart, TextPart, ToolCall, ToolResult
+from meta_agent.core.tool_call import Approver, ArgumentCheck
+from meta_agent.core.tools import ProgressFn, ToolOutcome, ToolSpec
+from meta_agent.errors import ChildTimeout, MetaAgentError
+
+log = structlog.get_logger("meta_agent.tool_step")
+
+
+class ToolRunner(Protocol):
+    """Runs one tool call: an internal tool, or a child server's."""
+
+    async def call(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], on_progress: ProgressFn | None = None
+    ) -> ToolOutcome: ...
+
+
+class _ServerQueueSlot:
+    """One call's place in its server's queue: entering waits until the call before it has finished."""
+
+    def __init__(self, before: anyio.Event | None) -> None:
+        self._before = before
+        self.done = anyio.Event()
+
+    def next(self) -> _ServerQueueSlot:
+        return _ServerQueueSlot(self.done)
+
+    async def __aenter__(self) -> None:
+        if self._before is not None:
+            await self._before.wait()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.done.set()
+
+
+class ToolStepRunner:
+    """Runs the tool calls of each step of one run; what the calls share (tools, mode, approver, limits) is fixed
+    for the run. Images that internal tools made (image_gen) gather in `images`, for the host."""
+
+    def __init__(
+        self,
+        *,
+        tools: tuple[ToolSpec, ...],
+        runner: ToolRunner,
+        mode: Mode,
+        run_id: str,
+        emit: Emit,
+        approver: Approver | None,
+        checks: ArgumentCheck,
+        pulse: Pulse,
+        accepts_images: bool,
+        max_result_chars: int,
+        max_calls_per_step: int,
+    ) -> None:
+        self.by_alias = {spec.alias: spec for spec in tools}
+        self.runner = runner
+        self.mode = mode
+        self.run_id = run_id
+        self.emit = emit
+        self.approver = approver
+        self.checks = checks
+        self.pulse = pulse
+        self.accepts_images = accepts_images
+        self.max_result_chars = max_result_chars
+        self.max_calls_per_step = max_calls_per_step
+        self.images: list[ImagePart] = []
+
+    async def run_step(
+        self, step: int, calls: tuple[ToolCall, ...], deadline: float
+    ) -> tuple[list[ToolResult], StepRecord]:
+        """Run one step's calls concurrently; results in call order. A call past the per-step limit is refused, and
+        one still running at `deadline` is cancelled: both are error results too."""
+        allowed = self.max_calls_per_step
+        done: dict[int, tuple[ToolResult, ToolCallRecord]] = {}
+        for index, call in enumerate(calls[allowed:], start=allowed):
+            refusal = f"not run: at most {allowed} tool calls per step; call it again in the next step"
+            done[index] = self.refused(call, refusal, "limit")
+        slots = self._queue_slots(calls[:allowed])
+
+        async def call_one(index: int) -> None:
+            call = calls[index]
+            full, duration_ms = await self._carry_out(step, call, slots[index])
+            result, record = done[index] = self._shaped(call, full, duration_ms)
+            await self.emit(
+                ev.ToolCallFinished(
+                    step=step,
+                    call_id=call.id,
+                    name=record.name,
+                    ok=record.ok,
+                    duration_ms=duration_ms,
+                    error=record.error,
+                    result=result.parts,
+                    full_result=full.parts,
+                )
+            )
+
+        with anyio.move_on_at(deadline):
+            if len(slots) == 1:  # the common case needs no task of its own
+                await call_one(0)
+            else:
+                async with anyio.create_task_group() as tg:
+                    for index in range(len(slots)):
+                        tg.start_soon(call_one, index)
+        late = "cancelled: the run's time limit passed"
+        pairs = [done.get(index) or self.refused(call, late, "limit") for index, call in enumerate(calls)]
+        return [result for result, _ in pairs], StepRecord(index=step, tool_calls=tuple(rec for _, rec in pairs))
+
+    def refused(self, call: ToolCall, why: str, kind: str) -> tuple[ToolResult, ToolCallRecord]:
+        """The error result and record of a call that was not run."""
+        result = ToolResult(call_id=call.id, name=call.name, parts=(TextPart(text=why),), is_error=True)
+        record = ToolCallRecord(
+            name=self.name_of(call.name), arguments=call.arguments, ok=False, duration_ms=0, error=why, error_kind=kind
+        )
+        return result, record
+
+    def name_of(self, alias: str) -> str:
+        """The tool's full name for events and records; the model's alias if no tool has it."""
+        spec = self.by_alias.get(alias)
+        return spec.name if spec else alias
+
+    def _queue_slots(self, step_calls: tuple[ToolCall, ...]) -> list[_ServerQueueSlot]:
+        """Each call's slot: calls that may change things wait, per server, for the earlier such calls of the step,
+        so they run (and are asked about) in the order the model gave; read-only and internal calls never wait."""
+        last: dict[str, _ServerQueueSlot] = {}
+        slots: list[_ServerQueueSlot] = []
+        for call in step_calls:
+            spec = self.by_alias.get(call.name)
+            if spec is None or spec.hints.read_only or spec.server is None:
+                slots.append(_ServerQueueSlot(None))
+                continue
+            previous = last.get(spec.server)
+            last[spec.server] = previous.next() if previous else _ServerQueueSlot(None)
+            slots.append(last[spec.server])
+        return slots
+
+    async def _carry_out(self, step: int, call: ToolCall, slot: _ServerQueueSlot) -> tuple[ToolOutcome, int]:
+        """The call's whole outcome, and the milliseconds it took once its slot came."""
+        name = self.name_of(call.name)
+        async with slot:  # a call that may change things waits for the ones the model asked for before it
+            started = time.perf_counter()
+            try:
+                await self.emit(ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments))
+                full = await self._outcome(step, call)
+            except Exception as exc:  # a bug of ours must cost one call, not the run; the model is told, we log it
+                log.exception("tool_call_failed", tool=name, run_id=self.run_id)
+                full = tool_call.error(f"{name} could not be run: {type(exc).__name__}: {exc}")
+        spec = self.by_alias.get(call.name)
+        if spec is not None and spec.internal:  # images an internal tool made (image_gen) go to the host
+            self.images.extend(part for part in full.parts if isinstance(part, ImagePart))
+        return full, ms_since(started)
+
+    def _shaped(self, call: ToolCall, full: ToolOutcome, duration_ms: int) -> tuple[ToolResult, ToolCallRecord]:
+        """The result the model sees (images it cannot take as placeholders, long text cut) and the call's record."""
+        outcome = tool_call.for_model(full, accepts_images=self.accepts_images, max_chars=self.max_result_chars)
+        error = outcome.parts[0].text if outcome.is_error and isinstance(outcome.parts[0], TextPart) else None
+        result = ToolResult(call_id=call.id, name=call.name, parts=outcome.parts, is_error=outcome.is_error)
+        record = ToolCallRecord(
+            name=self.name_of(call.name),
+            arguments=call.arguments,
+            ok=not outcome.is_error,
+            duration_ms=duration_ms,
+            error=error,
+            error_kind=(outcome.error_kind or "tool") if outcome.is_error else None,
+        )
+        return result, record
+
+    async def _outcome(self, step: int, call: ToolCall) -> ToolOutcome:
+        """Check, approve and run one call; every failure becomes an error outcome for the model."""
+        spec = self.by_alias.get(call.name)
+        if spec is None:
+            known = ", ".join(sorted(self.by_alias)) or "none"
+            return tool_call.error(f"unknown tool {call.name!r}; the tools are: {known}")
+        if call.invalid_arguments:
+            return tool_call.error(f"the arguments for {spec.alias} were {call.invalid_arguments}; send a JSON object")
+        problem = self.checks.problem(spec, call.arguments)
+        if problem:
+            return tool_call.error(f"invalid arguments for {spec.alias}: {problem}")
+        why_not = tool_call.blocked(spec, self.mode, self.approver)
+        if why_not:
+            return tool_call.error(why_not, "approval")
+        if tool_call.needs_approval(spec, self.mode):
+            verdict = await self._approval(step, call, spec)
+            if not verdict.allowed:
+                return tool_call.error(tool_call.refusal(spec, verdict), "approval")
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            await self.emit(
+                ev.ChildProgress(
+                    step=step, call_id=call.id, name=spec.name, progress=progress, total=total, message=message
+                )
+            )
+
+        try:
+            outcome = await self.pulse.wait(step, spec.name, self.runner.call(spec, call.arguments, on_progress))
+        except MetaAgentError as exc:
+            return tool_call.error(str(exc), "timeout" if isinstance(exc, ChildTimeout) else "tool")
+        except Exception as exc:  # a bug in an internal tool must not end the run; the model is told, we log it
+            log.exception("tool_crashed", tool=spec.name, run_id=self.run_id)
+            return tool_call.error(f"{spec.name} failed: {type(exc).__name__}: {exc}")
+        return outcome
+
+    async def _approval(self, step: int, call: ToolCall, spec: ToolSpec) -> tool_call.Verdict:
+        """Ask the user (unless already allowed for the session); both the question and the answer are events."""
+        assert self.approver is not None  # tool_call.blocked refused the call otherwise
+        if self.approver.remembered(spec):
+            verdict = tool_call.Verdict(True, "already allowed for this session")
+        else:
+            await self.emit(ev.ApprovalRequested(step=step, call_id=call.id, name=spec.name, arguments=call.arguments))
+            verdict = await self.pulse.wait(step, "the user's answer", self.approver.ask(spec, call.arguments))
+        await self.emit(
+            ev.ApprovalAnswered(
+                step=step, call_id=call.id, name=spec.name, allowed=verdict.allowed, answer=verdict.answer
+            )
+        )
+        return verdict
+
+
+def ms_since(started: float) -> int:
+    """Milliseconds since `started`, a `time.perf_counter()` reading."""
+    return round((time.perf_counter() - started) * 1000)

@@ -1,0 +1,101 @@
+"""The neutral tool types: what the loop knows of a tool, of its result and of a call's progress. No MCP or vendor
+types here (design.md §1): the MCP edges (toolbox.py, children.py) translate to and from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from meta_agent.core.messages import Part
+from meta_agent.core.policy import TrustLevel
+
+
+class ProgressFn(Protocol):
+    """A tool's own progress during a call, as MCP reports it (the SDK's progress callback has this shape)."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolHints:
+    """A tool's MCP annotations as given (None: not given); the properties apply the spec's defaults."""
+
+    title: str | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_hint is True
+
+    def as_annotations(self) -> dict[str, Any]:
+        """The hints as MCP names them."""
+        return {
+            "title": self.title,
+            "readOnlyHint": self.read_only_hint,
+            "destructiveHint": self.destructive_hint,
+            "idempotentHint": self.idempotent_hint,
+            "openWorldHint": self.open_world_hint,
+        }
+
+    def describe(self) -> str:
+        """The hints a child set, as words: "read-only, idempotent"; "no annotations" when it set none."""
+        words = [
+            word
+            for word, value in (
+                ("read-only", self.read_only_hint),
+                ("destructive", self.destructive_hint),
+                ("idempotent", self.idempotent_hint),
+                ("open-world", self.open_world_hint),
+            )
+            if value
+        ]
+        given = (self.read_only_hint, self.destructive_hint, self.idempotent_hint, self.open_world_hint)
+        if all(value is None for value in given):
+            return "no annotations"
+        return ", ".join(words) or "not read-only"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolOutcome:
+    """What a tool call returned, in the neutral transcript's parts."""
+
+    parts: tuple[Part, ...]
+    is_error: bool = False
+    # why it failed, for the run's error counts: "tool", "timeout", "approval" or "limit" (None: the tool said so)
+    error_kind: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InternalTool:
+    """A tool meta-agent implements itself (image_gen); `run` takes the validated arguments."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    hints: ToolHints
+    run: Callable[[Mapping[str, Any]], Awaitable[ToolOutcome]] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """One tool of the toolbox, with its names, schema, hints and trust level."""
+
+    name: str
+    alias: str
+    server: str | None  # None for an internal tool
+    tool: str  # the server's own name for it
+    description: str
+    input_schema: Mapping[str, Any]
+    output_schema: Mapping[str, Any] | None
+    hints: ToolHints
+    trust: TrustLevel
+    trust_source: str
+
+    @property
+    def internal(self) -> bool:
+        return self.server is None

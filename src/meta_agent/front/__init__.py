@@ -1,0 +1,1 @@
+"""The MCP edge towards the host: the server, its transports, progress and approvals."""

@@ -1,0 +1,361 @@
+"""The MCP front: `ask`, `plan`, `agent` and `image_gen`, with progress, over stdio and streamable HTTP.
+
+The server's lifespan owns an `Engine` (the children's supervisors), and the server says which (`engine`) to the
+HTTP health route. Each tool call runs the one loop with a progress reporter as its event sink; the reporter is closed
+before the result is returned, so no notification can follow it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Annotated, Any, cast
+
+import anyio
+import mcp.types as t
+import structlog
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
+from meta_agent.core import events as ev
+from meta_agent.core.events import Mode, RunResult
+from meta_agent.core.provider import Provider
+from meta_agent.core.tool_call import Approver
+from meta_agent.engine import Engine, internal_tools
+from meta_agent.errors import ConfigError, MetaAgentError, summary
+from meta_agent.front.approvals import (
+    ForwardedQuestions,
+    LiveApprover,
+    ParkedRuns,
+    SessionAllowances,
+    can_elicit,
+    is_modern,
+)
+from meta_agent.front.caller import argument_error, unknown_argument, unless_caller_leaves
+from meta_agent.front.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
+from meta_agent.front.progress import Progress
+from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
+from meta_agent.providers.sampling import SamplingProvider
+from meta_agent.version import __version__
+
+log = structlog.get_logger("meta_agent.server")
+TOOLBOX_URI = "meta-agent://toolbox"
+INSTRUCTIONS = (
+    "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
+    "numbered plan using read-only tools only; `ask` is one model turn; `image_gen` makes images. Long calls report "
+    "progress. The resource meta-agent://toolbox lists every tool it can use."
+)
+
+ToolPatterns = Annotated[
+    list[str] | None,
+    Field(description='Glob patterns over tool names ("time.*", "image_gen"); absent: every tool of the mode.'),
+]
+
+
+@dataclass(frozen=True)
+class Front:
+    """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, and session allowances."""
+
+    engine: Engine
+    parked: ParkedRuns
+    allowances: SessionAllowances
+
+
+class MetaAgentServer(MCPServer[Front]):
+    """The SDK's MCPServer around one engine, which its lifespan starts (the children) and stops.
+
+    `engine` is the running engine, None before the lifespan starts and after it ends (the HTTP health route reads
+    it). Argument errors are one line naming the argument (unknown arguments included), and each call is cancelled
+    when its HTTP caller goes away, on either era (meta_agent.front.caller).
+    """
+
+    def __init__(self, open_engine: Callable[[], Engine]) -> None:
+        self.engine: Engine | None = None
+        self._open_engine = open_engine
+        super().__init__("meta-agent", version=__version__, instructions=INSTRUCTIONS, lifespan=self._lifespan)
+
+    @asynccontextmanager
+    async def _lifespan(self, _server: MCPServer[Front]) -> AsyncIterator[Front]:
+        engine = self._open_engine()
+        async with engine, anyio.create_task_group() as parked_runs:
+            self.engine = engine
+            try:
+                yield Front(engine, ParkedRuns(parked_runs), SessionAllowances())
+            finally:
+                self.engine = None
+                parked_runs.cancel_scope.cancel()
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> t.CallToolResult | t.InputRequiredResult:
+        tool = next((tool for tool in await self.list_tools() if tool.name == name), None)
+        if tool is not None and (unknown := unknown_argument(name, arguments, tool.input_schema)):
+            raise ToolError(unknown)
+        try:
+            result = await unless_caller_leaves(context, partial(super().call_tool, name, arguments, context))
+        except ToolError as exc:
+            # Only the caller's arguments failing the input schema; an UnexpectedToolError caused by a
+            # ValidationError is ours (a structured result that fails our output schema) and stays a crash.
+            if isinstance(exc.__cause__, ValidationError) and not isinstance(exc, UnexpectedToolError):
+                raise ToolError(argument_error(name, exc.__cause__)) from exc.__cause__
+            raise
+        # Nobody reads this one: the SDK drops an answer to a closed stream.
+        return result if result is not None else tool_error("the caller went away; the call was cancelled")
+
+
+def build_server(
+    settings: Settings,
+    servers: Mapping[str, ServerEntry],
+    environ: Mapping[str, str],
+    *,
+    trust_file: Path | None = None,
+    provider: Provider | None = None,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+) -> MetaAgentServer:
+    """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them).
+    A child that has not answered within `start_timeout` seconds has failed to start (and is retried). A `trust_file`
+    that cannot be read fails closed: its levels do not apply, and the toolbox resource says why.
+
+    Raises:
+        ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool (when the lifespan starts).
+    """
+    open_engine = partial(
+        Engine, settings, servers, environ, trust_file=trust_file, provider=provider, start_timeout=start_timeout
+    )
+    server = MetaAgentServer(open_engine)
+    _add_run_tools(server)
+    # Listed where the model would see it, no further: a tool that can only fail is not offered (the toolbox
+    # resource says why it is withheld).
+    if any(tool.name == "image_gen" for tool in internal_tools(settings, environ)[0]):
+        _add_image_gen(server)
+    _add_toolbox_resource(server)
+    return server
+
+
+def _add_run_tools(server: MetaAgentServer) -> None:
+    """`ask`, `plan` and `agent`: each a run of the one loop (design.md §2.4)."""
+
+    @server.tool(
+        title="Ask the model",
+        annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
+    )
+    async def ask(
+        prompt: Annotated[str, Field(description="What to ask.")],
+        ctx: Context,
+        tools: ToolPatterns = None,
+    ) -> RunAnswer:
+        """One model turn. The model may use meta-agent's internal tools (image_gen) once; never child tools."""
+        return await _start(ctx, "ask", prompt, patterns=tools)
+
+    @server.tool(
+        title="Plan a task",
+        annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
+    )
+    async def plan(
+        task: Annotated[str, Field(description="The task to plan.")],
+        ctx: Context,
+        tools: ToolPatterns = None,
+        max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).")] = None,
+    ) -> RunAnswer:
+        """Look around with read-only tools only and return a numbered plan. Changes nothing."""
+        return await _start(ctx, "plan", task, patterns=tools, max_steps=max_steps)
+
+    @server.tool(
+        title="Run an agent",
+        annotations=t.ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True),
+    )
+    async def agent(
+        task: Annotated[str, Field(description="The task to carry out.")],
+        ctx: Context,
+        tools: ToolPatterns = None,
+        max_steps: Annotated[int | None, Field(description="Model turns at most.")] = None,
+        token_budget: Annotated[int | None, Field(description="Input+output tokens at most.")] = None,
+        plan: Annotated[bool, Field(description="Write a numbered plan first, then carry it out.")] = False,
+        conversation_id: Annotated[str | None, Field(description="Continue an earlier conversation.")] = None,
+    ) -> RunAnswer:
+        """Carry out a task with every enabled tool (internal and child), within step, token and time limits.
+        Tools that change things run only with the user's approval (trust levels)."""
+        if plan:
+            task = f"{task}\n\nFirst write a short numbered plan, then carry it out step by step."
+        return await _start(
+            ctx,
+            "agent",
+            task,
+            patterns=tools,
+            max_steps=max_steps,
+            token_budget=token_budget,
+            conversation_id=conversation_id,
+        )
+
+
+def _add_image_gen(server: MetaAgentServer) -> None:
+    """The internal `image_gen` tool, also callable directly."""
+
+    @server.tool(
+        name="image_gen",
+        title="Generate images",
+        annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
+    )
+    async def image_gen(
+        prompt: Annotated[str, Field(description="What the image should show.")],
+        ctx: Context,
+        size: Annotated[str | None, Field(description="WIDTHxHEIGHT, e.g. 1024x1024, or auto.")] = None,
+        n: Annotated[int | None, Field(description="How many images (default 1).")] = None,
+    ) -> t.CallToolResult:
+        """Generate images from a text prompt; returns PNG images."""
+        front = _front(ctx)
+        tool = front.engine.internal_tool("image_gen")
+        assert tool is not None and tool.run is not None
+        arguments = {k: v for k, v in {"prompt": prompt, "size": size, "n": n}.items() if v is not None}
+        try:
+            outcome = await tool.run(arguments)
+        except MetaAgentError as exc:
+            return tool_error(str(exc))
+        return t.CallToolResult(content=[content_block(part) for part in outcome.parts], is_error=outcome.is_error)
+
+
+def _front(ctx: Context) -> Front:
+    """What our lifespan yields (a tool's bare `Context` types it as a dict)."""
+    return cast(Front, ctx.request_context.lifespan_context)
+
+
+def _add_toolbox_resource(server: MetaAgentServer) -> None:
+    """The resource meta-agent://toolbox, from which a host builds its tool selector."""
+
+    @server.resource(TOOLBOX_URI, name="toolbox", mime_type="application/json")
+    async def toolbox() -> str:
+        """Every child with its status and protocol version, every tool with its annotations and trust level."""
+        if server.engine is None:  # only a session reads resources, and sessions run inside the lifespan
+            raise ResourceError("meta-agent is not running")
+        return json.dumps(server.engine.describe(), indent=2)
+
+
+async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAnswer:
+    """One run for a call of `ask`, `plan` or `agent`: parked between rounds for a 2026-07-28 caller that can be
+    asked (approvals come back as questions), else live, with progress and, where the caller can elicit, approvals."""
+    front = _front(ctx)
+    sampling = _sampling(ctx)
+    questions = None if is_modern(ctx) else ForwardedQuestions(ctx)
+
+    async def work(emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None) -> t.CallToolResult:
+        failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
+
+        async def watched(event: ev.Event) -> None:
+            if isinstance(event, ev.RunFailed) and event.result is not None:
+                failed.append(event.result)
+            await emit(event)
+
+        try:
+            result = await front.engine.run(
+                task, mode=mode, emit=watched, approver=approver, sampling=sampling, questions=questions, **arguments
+            )
+        except MetaAgentError as exc:
+            return run_failed(str(exc), failed)
+        except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
+            log.exception("run_crashed", mode=mode)
+            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
+        return run_result(result)
+
+    if can_elicit(ctx) and is_modern(ctx):
+        return await front.parked.drive(ctx, work)
+    progress = Progress(ctx)
+    try:
+        return await work(progress, LiveApprover(ctx, front.allowances.of(ctx)) if can_elicit(ctx) else None)
+    finally:
+        progress.close()
+
+
+def _sampling(ctx: Context) -> Provider | None:
+    """The host's own model, where this caller can sample with tools (2025-11-25 sessions only)."""
+    caps = ctx.client_capabilities
+    if caps is None or caps.sampling is None or caps.sampling.tools is None:
+        return None
+    if not getattr(ctx.session, "can_send_request", False):
+        return None
+    return SamplingProvider(ctx.session, related_request_id=ctx.request_context.request_id)
+
+
+# -- HTTP ----------------------------------------------------------------------------------------------------------
+
+
+def http_app(
+    server: MetaAgentServer, *, host: str, token: str | None = None, allowed_hosts: tuple[str, ...] = ()
+) -> Starlette:
+    """Streamable HTTP at /mcp with DNS-rebinding protection and an optional bearer token, and /health: whether the
+    server is up for any Host (a probe names the server by its own address); the version and the children only for
+    a Host and Origin the guard answers and, with a token set, a caller that gives it.
+
+    Raises:
+        ConfigError: `host` or an allowed host is not a host[:port].
+    """
+    allowed: set[Authority] = set()
+    for option, value in [("--host", host), *(("--allowed-host", h) for h in allowed_hosts)]:
+        try:
+            allowed.add(allowed_authority(value))
+        except ValueError as exc:
+            raise ConfigError(f"{option}: {exc}") from None
+    allowed.update(Authority(name) for name in LOOPBACK)
+    # The SDK's own Host/Origin check matches "host:*" by prefix; HostGuard checks exactly instead.
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    mcp_app: ASGIApp = server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
+    if token:
+        mcp_app = _BearerToken(mcp_app, token)
+    guard = HostGuard(mcp_app, frozenset(allowed))
+
+    async def health(request: Request) -> JSONResponse:
+        engine = server.engine
+        if engine is None:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        given = dict(request.scope["headers"]).get(b"authorization", b"")
+        if not guard.answers(request.scope) or (token and not _bearer_matches(given, token)):
+            return JSONResponse({"status": "ok"})  # up or not is all a load balancer needs; the rest is for callers
+        children = {child.name: child.status.state for child in engine.pool}
+        return JSONResponse({"status": "ok", "version": __version__, "children": children})
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():  # enters the server's own lifespan: the children start here
+            yield
+
+    return Starlette(routes=[Route("/health", health), Mount("/", app=guard)], lifespan=lifespan)
+
+
+class _BearerToken:
+    """Requests without `Authorization: Bearer <token>` get 401."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self._app = app
+        self._expected = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        given = dict(scope["headers"]).get(b"authorization", b"") if scope["type"] == "http" else None
+        if given is not None and not _bearer_matches(given, self._expected):
+            response = JSONResponse(
+                {"error": "missing or wrong bearer token (META_AGENT_HTTP_TOKEN)"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        await self._app(scope, receive, send)
+
+
+def _bearer_matches(authorization: bytes, token: str) -> bool:
+    """Whether an Authorization header is `Bearer <token>`: the scheme in any case (RFC 6750), the token compared
+    in constant time."""
+    scheme, _, given = authorization.partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token.encode())

@@ -1,0 +1,53 @@
+"""What our MCP tools return to a host: a run's answer with its structured result, and a tool error of one line.
+
+The structured result's shape is defined once, in meta_agent.core.result (design.md §2.4).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import mcp.types as t
+
+from meta_agent.core.events import RunResult
+from meta_agent.core.messages import ImagePart, Part
+from meta_agent.core.result import RunOut
+
+NOT_REMEMBERED = "Not saved in a conversation (conversation_id is null): "  # leads conversation_error in the text
+
+# What ask/plan/agent return: a result checked against RunOut, or (2026-07-28) a question for the user.
+RunAnswer = Annotated[t.CallToolResult, RunOut] | t.InputRequiredResult
+
+
+def run_result(result: RunResult) -> t.CallToolResult:
+    """A finished run: its answer and images as content, and its structured result."""
+    content: list[t.ContentBlock] = [t.TextContent(type="text", text=result.answer)]
+    content.extend(content_block(image) for image in result.images)
+    if result.conversation_error:  # the answer stands, but a caller must not believe the turn is remembered
+        content.append(t.TextContent(type="text", text=f"{NOT_REMEMBERED}{result.conversation_error}"))
+    return t.CallToolResult(content=content, structured_content=result.to_json())
+
+
+def run_failed(message: str, failed: list[RunResult]) -> t.CallToolResult:
+    """A one-line tool error; where a run had started, it names the run (its trace) and carries its structured result
+    with stop reason `error` (neither era checks an error's structured result against the output schema)."""
+    if not failed:
+        return tool_error(message)
+    result = failed[-1]
+    return t.CallToolResult(
+        content=[t.TextContent(type="text", text=f"{message} (run_id {result.run_id})")],
+        structured_content=result.to_json(),
+        is_error=True,
+    )
+
+
+def tool_error(message: str) -> t.CallToolResult:
+    """A tool error whose text is `message`."""
+    return t.CallToolResult(content=[t.TextContent(type="text", text=message)], is_error=True)
+
+
+def content_block(part: Part) -> t.ContentBlock:
+    """A part of the neutral transcript as MCP content."""
+    if isinstance(part, ImagePart):
+        return t.ImageContent(type="image", data=part.data, mime_type=part.mime_type)
+    return t.TextContent(type="text", text=part.text)

@@ -1,0 +1,423 @@
+"""Conversations that continue: each `agent` or `ask` call returns a `conversation_id`; passing it back continues the
+same transcript. Stored in SQLite (embedded; survives a restart) and bounded: when a transcript grows past
+`MAX_CHARS`, its oldest whole turns are dropped and the result says so.
+
+Turns of one conversation are serialised: a turn holds its conversation from loading it to saving it, and another
+turn of it waits meanwhile, then starts from the transcript that one saved. In one process the hold is a lock; across
+processes sharing the database it is a lease in the conversation's row (`holder`, `held_until`), taken by a
+conditional update, renewed while the turn runs and checked when it saves, so a process that dies holding one frees
+it within `LEASE_SECONDS`. The same conditional updates work on PostgreSQL (design.md §7).
+
+Stored transcripts are decoded by pydantic over the neutral types, and every tool call in one is answered exactly
+once, right after it: what the providers accept.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import structlog
+from pydantic import Field, TypeAdapter, ValidationError
+from ulid import ULID
+
+from meta_agent.core.messages import (
+    AssistantMessage,
+    Message,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    ToolResult,
+    UserMessage,
+    jsonable,
+)
+from meta_agent.errors import ConfigError, ConversationLost
+
+log = structlog.get_logger("meta_agent.conversations")
+T = TypeVar("T")
+
+# About 100k tokens of text: what fits the context of every current model with room for the answer.
+MAX_CHARS = 400_000
+# A turn's hold lasts this long past its last renewal: a process that dies holding a conversation frees it this soon.
+LEASE_SECONDS = 30.0
+# No turn writes a hold ending further ahead than a lease; one that does is taken over (see `_take`).
+LONGEST_HOLD = 10 * LEASE_SECONDS
+# Renewed three times a lease, so one slow renewal (a busy database) does not lose it.
+RENEWALS_PER_LEASE = 3
+# How often a turn waiting for a conversation another process holds looks again; a turn takes seconds.
+WAIT_POLL_SECONDS = 0.1
+NOT_RUN = "not run: the run ended before this tool call was made"
+# A turn waiting for its conversation tells its caller this often (hosts reset their timeout on progress).
+WAIT_NOTICE = 10.0
+SCHEMA = """
+create table if not exists conversations (
+    id text primary key,
+    messages text not null,
+    updated text not null default (datetime('now')),
+    holder text,
+    held_until real
+)
+"""
+# Columns that stores made by older versions lack: (name, declaration).
+ADDED_COLUMNS = (("holder", "text"), ("held_until", "real"))
+
+
+Waiting = Callable[[float], Awaitable[None]]  # told the seconds a turn has waited for its conversation so far
+
+
+async def _told(work: Awaitable[T], waiting: Waiting | None, every: float) -> T:
+    """`await work`, telling `waiting` every `every` seconds how long it has taken so far."""
+    if waiting is None:
+        return await work
+
+    async def tell() -> None:
+        started = anyio.current_time()
+        while True:
+            await anyio.sleep(every)
+            await waiting(anyio.current_time() - started)
+
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tell)
+        try:
+            result = await work
+        except Exception as exc:
+            failure = exc
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class Turn:
+    """One turn's hold on its conversation: the id, the transcript so far, and the token of the hold (None for a new
+    conversation, which nobody else can know of yet)."""
+
+    conversation_id: str
+    history: tuple[Message, ...]
+    holder: str | None
+
+
+def default_path() -> Path:
+    """`conversations.sqlite3` in the user data dir, as platformdirs finds it: on Linux
+    $XDG_DATA_HOME/meta-agent/conversations.sqlite3, else under ~/.local/share/meta-agent; on macOS under
+    ~/Library/Application Support; on Windows under %LOCALAPPDATA%."""
+    from platformdirs import user_data_path  # on first use: importing it costs every command's start a few ms
+
+    return user_data_path("meta-agent", appauthor=False) / "conversations.sqlite3"
+
+
+class Conversations:
+    """The store: one connection, used on worker threads one call at a time, so the event loop never waits on disk.
+    Write-ahead logging: a save is one append, and other processes on the same file can read meanwhile."""
+
+    def __init__(self, path: Path, *, lease_seconds: float = LEASE_SECONDS) -> None:
+        """`lease_seconds`: how long a hold lasts past its last renewal (shorter in tests; `LONGEST_HOLD` at most)."""
+        self.path = path
+        self.wait_notice = WAIT_NOTICE
+        self.lease_seconds = min(lease_seconds, LONGEST_HOLD)
+        self._connection: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._local: dict[str, tuple[anyio.Lock, int]] = {}  # conversation id → (its lock, turns holding or waiting)
+
+    async def load(self, conversation_id: str) -> tuple[Message, ...]:
+        """The stored transcript, without holding the conversation.
+
+        Raises:
+            ConfigError: no conversation has that id, or its record cannot be read.
+        """
+        row = await self._store(_select, conversation_id)
+        if row is None:
+            raise ConfigError(f"conversation_id: unknown conversation {conversation_id!r}")
+        return decode(conversation_id, row)
+
+    @asynccontextmanager
+    async def turn(self, conversation_id: str | None, *, waiting: Waiting | None = None) -> AsyncIterator[Turn]:
+        """Hold a conversation for one turn (a new one when `conversation_id` is None): wait while another turn of it
+        runs, in this process or another, then yield its transcript. Leaving lets the next turn go. While it waits,
+        `waiting` hears every `WAIT_NOTICE` seconds how long it has waited (a caller's progress).
+
+        Raises:
+            ConfigError: no conversation has that id, its record cannot be read, or the store cannot be opened.
+        """
+        if conversation_id is None:
+            yield Turn(conversation_id=str(ULID()), history=(), holder=None)
+            return
+        async with self._local_turn(conversation_id, waiting):
+            turn = await _told(self._claim(conversation_id), waiting, self.wait_notice)
+            failure: Exception | None = None
+            try:
+                async with anyio.create_task_group() as renewals:
+                    renewals.start_soon(self._renew, turn)
+                    try:
+                        yield turn
+                    except Exception as exc:
+                        failure = exc
+                    renewals.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._release(conversation_id, turn.holder)
+            if failure is not None:
+                raise failure
+
+    async def save(self, turn: Turn, transcript: Sequence[Message]) -> int:
+        """Store the turn's transcript, every tool call answered and trimmed to the bound; returns how many of its
+        oldest turns were dropped.
+
+        Raises:
+            ConversationLost: another process took the conversation over (this turn's hold had lapsed); not saved.
+            sqlite3.Error, OSError: the store cannot be written.
+            ValueError, RecursionError: the transcript cannot be encoded as JSON.
+        """
+        kept, dropped = trim(answered(transcript))
+        # ASCII escapes: a lone surrogate (a model's "\ud800") is no UTF-8, and SQLite would refuse the whole text.
+        body = json.dumps(kept, default=jsonable)
+        if turn.holder is None:
+            await anyio.to_thread.run_sync(self._in_transaction, _insert, turn.conversation_id, body)
+        elif not await anyio.to_thread.run_sync(self._in_transaction, _update, turn, body):
+            raise ConversationLost(
+                f"conversation {turn.conversation_id!r}: another process took it over while this turn ran "
+                f"(its hold lapsed after {self.lease_seconds:g} s without renewal); this turn was not saved"
+            )
+        return dropped
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    @asynccontextmanager
+    async def _local_turn(self, conversation_id: str, waiting: Waiting | None) -> AsyncIterator[None]:
+        """Turns of one conversation in this process, one at a time and in the order they came."""
+        lock, users = self._local.get(conversation_id, (anyio.Lock(), 0))
+        self._local[conversation_id] = (lock, users + 1)
+        if users:
+            log.info("conversation_waiting", conversation_id=conversation_id, why="another turn of it is running")
+        try:
+            await _told(lock.acquire(), waiting, self.wait_notice)
+            try:
+                yield
+            finally:
+                lock.release()
+        finally:
+            lock, users = self._local[conversation_id]
+            if users == 1:
+                del self._local[conversation_id]
+            else:
+                self._local[conversation_id] = (lock, users - 1)
+
+    async def _claim(self, conversation_id: str) -> Turn:
+        """Take the conversation's lease, waiting while another process holds it, and read its transcript."""
+        holder = str(ULID())
+        waited = False
+        while True:
+            row = await self._store(_take, conversation_id, holder, self.lease_seconds)
+            if row is None:
+                raise ConfigError(f"conversation_id: unknown conversation {conversation_id!r}")
+            taken, messages = row
+            if taken:
+                try:
+                    history = decode(conversation_id, messages)
+                    return Turn(conversation_id=conversation_id, history=history, holder=holder)
+                except ConfigError:  # nobody can continue it, but it is not held either
+                    with anyio.CancelScope(shield=True):
+                        await self._release(conversation_id, holder)
+                    raise
+            if not waited:
+                log.info("conversation_waiting", conversation_id=conversation_id, why="another process holds it")
+                waited = True
+            await anyio.sleep(WAIT_POLL_SECONDS)
+
+    async def _renew(self, turn: Turn) -> None:
+        while True:
+            await anyio.sleep(self.lease_seconds / RENEWALS_PER_LEASE)
+            try:
+                held = await anyio.to_thread.run_sync(self._in_transaction, _extend, turn, self.lease_seconds)
+            except sqlite3.Error as exc:  # the next renewal may get through; the save will tell if the hold lapsed
+                log.warning("conversation_not_renewed", conversation_id=turn.conversation_id, error=str(exc))
+                continue
+            if not held:
+                log.warning("conversation_hold_lost", conversation_id=turn.conversation_id)
+                return
+
+    async def _release(self, conversation_id: str, holder: str | None) -> None:
+        try:
+            await anyio.to_thread.run_sync(self._in_transaction, _let_go, conversation_id, holder)
+        except sqlite3.Error as exc:  # the lease runs out by itself
+            log.warning("conversation_not_released", conversation_id=conversation_id, error=str(exc))
+
+    async def _store(self, work: Callable[..., T], *args: Any) -> T:
+        """`work` in a transaction, with a store that cannot be opened or read as one line naming it.
+
+        Raises:
+            ConfigError: the database cannot be opened or read.
+        """
+        try:
+            return await anyio.to_thread.run_sync(self._in_transaction, work, *args)
+        except (sqlite3.Error, OSError) as exc:
+            raise ConfigError(f"{self.path}: cannot read the conversations store: {exc}") from None
+
+    def _in_transaction(self, work: Callable[..., T], *args: Any) -> T:
+        with self._lock:
+            if self._connection is None:
+                self._connection = self._connect()
+            with self._connection:
+                return work(self._connection, *args)
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
+        try:
+            connection.execute("pragma journal_mode=wal")
+            connection.execute("pragma synchronous=normal")
+            # KiB: lookups are by key, so the 2 MiB default cache would only add to resident memory
+            connection.execute("pragma cache_size=-256")
+            connection.execute(SCHEMA)
+            _add_columns(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+
+def _add_columns(connection: sqlite3.Connection) -> None:
+    """Bring a store made by an older version up to date (another process may be doing the same)."""
+    have = {row[1] for row in connection.execute("pragma table_info(conversations)")}
+    for name, declaration in ADDED_COLUMNS:
+        if name in have:
+            continue
+        try:
+            connection.execute(f"alter table conversations add column {name} {declaration}")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc):
+                raise
+
+
+def _select(connection: sqlite3.Connection, conversation_id: str) -> str | None:
+    row = connection.execute("select messages from conversations where id = ?", (conversation_id,)).fetchone()
+    return row[0] if row else None
+
+
+def _take(connection: sqlite3.Connection, conversation_id: str, holder: str, lease: float) -> tuple[bool, str] | None:
+    """(whether `holder` took the lease, the transcript); None: no such conversation. A hold that ends after
+    `LONGEST_HOLD` from now was not written by a turn (a clock that jumped, a hand edit): it would block the
+    conversation for that long, so it is taken too."""
+    now = time.time()
+    taken = connection.execute(
+        "update conversations set holder = ?, held_until = ? "
+        "where id = ? and (holder is null or held_until is null or held_until < ? or held_until > ?)",
+        (holder, now + lease, conversation_id, now, now + LONGEST_HOLD),
+    ).rowcount
+    messages = _select(connection, conversation_id)
+    return None if messages is None else (taken == 1, messages)
+
+
+def _extend(connection: sqlite3.Connection, turn: Turn, lease: float) -> bool:
+    return (
+        connection.execute(
+            "update conversations set held_until = ? where id = ? and holder = ?",
+            (time.time() + lease, turn.conversation_id, turn.holder),
+        ).rowcount
+        == 1
+    )
+
+
+def _let_go(connection: sqlite3.Connection, conversation_id: str, holder: str) -> None:
+    connection.execute(
+        "update conversations set holder = null, held_until = null where id = ? and holder = ?",
+        (conversation_id, holder),
+    )
+
+
+def _insert(connection: sqlite3.Connection, conversation_id: str, body: str) -> None:
+    connection.execute("insert into conversations (id, messages) values (?, ?)", (conversation_id, body))
+
+
+def _update(connection: sqlite3.Connection, turn: Turn, body: str) -> bool:
+    """Save the turn's transcript if it still holds the conversation, and let it go; whether it did."""
+    return (
+        connection.execute(
+            "update conversations set messages = ?, updated = datetime('now'), holder = null, held_until = null "
+            "where id = ? and holder = ?",
+            (body, turn.conversation_id, turn.holder),
+        ).rowcount
+        == 1
+    )
+
+
+def trim(transcript: tuple[Message, ...], max_chars: int = MAX_CHARS) -> tuple[tuple[Message, ...], int]:
+    """Drop the oldest whole turns (a turn starts at a user message) until the rest fits; a tool call is never
+    separated from its result. The newest turn is always kept."""
+    turns: list[list[Message]] = []
+    for message in transcript:
+        if isinstance(message, UserMessage) or not turns:
+            turns.append([])
+        turns[-1].append(message)
+    sizes = [sum(_size(m) for m in turn) for turn in turns]
+    total, dropped = sum(sizes), 0
+    while dropped < len(turns) - 1 and total > max_chars:
+        total -= sizes[dropped]
+        dropped += 1
+    return tuple(m for turn in turns[dropped:] for m in turn), dropped
+
+
+def _size(message: Message) -> int:
+    return len(json.dumps(message, ensure_ascii=False, default=jsonable))
+
+
+def decode(conversation_id: str, stored: str) -> tuple[Message, ...]:
+    """A stored transcript as messages, every tool call answered (records of older versions may lack results).
+
+    Raises:
+        ConfigError: the record cannot be decoded, in one line naming the conversation.
+    """
+    try:
+        return answered(_transcript().validate_python(json.loads(stored)))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        more = exc.error_count() - 1
+        problem = f"{where}: {first['msg']}{f', and {more} more' if more else ''}"
+    except (TypeError, ValueError, RecursionError) as exc:  # not JSON text, or nested deeper than the decoder goes
+        problem = f"not JSON: {str(exc) or type(exc).__name__}"
+    raise ConfigError(
+        f"conversation_id: conversation {conversation_id!r} is stored in a form this version cannot read ({problem})"
+    )
+
+
+@functools.cache
+def _transcript() -> TypeAdapter[tuple[Message, ...]]:
+    """Decodes what `save` wrote; `role` tells the message types apart. Fields added later have defaults, so older
+    records still load. Built on first use: building it costs every start ~10 ms, and most runs continue nothing."""
+    return TypeAdapter(tuple[Annotated[Message, Field(discriminator="role")], ...])
+
+
+def answered(transcript: Sequence[Message]) -> tuple[Message, ...]:
+    """The transcript with every tool call answered exactly once, right after the message that made it, in call
+    order: a missing result becomes an error result saying the call did not run, and a result that answers no call
+    of the message before it is left out. OpenAI and Anthropic refuse a transcript that breaks this."""
+    out: list[Message] = []
+    for index, message in enumerate(transcript):
+        if isinstance(message, ToolMessage):
+            continue  # rebuilt below, after the message whose calls it answers
+        out.append(message)
+        if isinstance(message, AssistantMessage) and message.tool_calls:
+            after = transcript[index + 1] if index + 1 < len(transcript) else None
+            given = {result.call_id: result for result in after.results} if isinstance(after, ToolMessage) else {}
+            out.append(ToolMessage(results=tuple(given.get(call.id) or _not_run(call) for call in message.tool_calls)))
+    return tuple(out)
+
+
+def _not_run(call: ToolCall) -> ToolResult:
+    return ToolResult(call_id=call.id, name=call.name, parts=(TextPart(text=NOT_RUN),), is_error=True)

@@ -1,0 +1,380 @@
+"""Logging and run traces.
+
+Logging: structlog to stderr, readable in a terminal and JSON lines otherwise; never to stdout. Library loggers (the
+MCP SDK, httpx2) go through the same renderer. Below debug level an exception in a log line is one `error=...` field,
+not a traceback. Lines logged during a run carry its `run_id`.
+
+Traces: every event of a run, with the model requests and responses and the tool results in full, as JSON lines in
+`<META_AGENT_TRACE_DIR>/<run_id>.jsonl`, with secrets redacted. A `model_requested` record holds what is new since
+the run's previous request: the messages from index `messages_from` on, and the system prompt and tool schemas only
+when they changed. The records of a trace, read in order, give every request in full, and a step costs the same
+whatever the length of the transcript. One thread per process writes every trace, so a run's events cost it no disk
+I/O; while a run is being written its trace is locked, which tells readers that a live process owns it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import queue
+import re
+import stat
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+import anyio
+import structlog
+
+from meta_agent.core.events import ModelRequested
+from meta_agent.core.messages import ModelRequest, jsonable
+from meta_agent.errors import summary
+
+if sys.platform != "win32":  # Windows has no flock: see "which traces a live process still owns" below
+    import fcntl
+
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure_logging(level: str = "info", *, stream: TextIO | None = None, json: bool | None = None) -> None:
+    """Send every log line to `stream` (stderr by default) at `level` and above; JSON unless it is a terminal."""
+    stream = stream or sys.stderr
+    if json is None:
+        json = not stream.isatty()
+    debug = level == "debug"
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if not debug:
+        shared.append(_exception_as_one_line)
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *([structlog.processors.format_exc_info] if debug and json else []),
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(LEVELS[level])
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+
+def _exception_as_one_line(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    exc_info = event.pop("exc_info", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    error = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+    if isinstance(error, BaseException):
+        event["error"] = summary(error)
+    return event
+
+
+# -- run traces ----------------------------------------------------------------------------------------------------
+
+REDACTED = "[redacted]"
+# Environment variables whose values are secrets wherever they turn up.
+_SECRET_NAME = re.compile(r"(?i)(api_?key|token|secret|password|passwd|credential|auth)")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
+_KEY_SHAPED = re.compile(r"\b(sk-[A-Za-z0-9_-]{8,})")
+_MIN_SECRET = 4  # shorter values ("1", "on") are not worth hiding and would mangle the trace
+
+
+def default_trace_dir() -> Path:
+    """`traces` in the user state dir, as platformdirs finds it: on Linux $XDG_STATE_HOME/meta-agent/traces, else
+    ~/.local/state/meta-agent/traces; on macOS under ~/Library/Application Support; on Windows under
+    %LOCALAPPDATA%."""
+    from platformdirs import user_state_path  # on first use: importing it costs every command's start a few ms
+
+    return user_state_path("meta-agent", appauthor=False) / "traces"
+
+
+class Redactor:
+    """Replaces known secret values, bearer tokens and key-shaped strings in text."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        found = {s for s in secrets if len(s) >= _MIN_SECRET}
+        # a secret as it appears inside a JSON string, too
+        found |= {json.dumps(s)[1:-1] for s in found}
+        self._secrets = sorted(found, key=len, reverse=True)
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str], servers: Mapping[str, Any]) -> Redactor:
+        """Secrets of the environment (by the variable's name) and every env and header value of servers.json."""
+        secrets = [value for name, value in environ.items() if _SECRET_NAME.search(name)]
+        for entry in servers.values():
+            secrets.extend(entry.env.values())
+            secrets.extend(entry.headers.values())
+        return cls(secrets)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        # The patterns run only where their literal part occurs: scanning for it is many times faster.
+        if "bearer" in text.lower():
+            text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+        return _KEY_SHAPED.sub(REDACTED, text) if "sk-" in text else text
+
+
+END_KINDS = frozenset({"run_finished", "run_failed"})  # the last record of a run
+# How long the end of a run waits for its trace to reach the disk: a hung disk (a stale NFS mount) costs the trace's
+# tail, never the run's result.
+FLUSH_TIMEOUT = 10.0
+_CLOSE = object()  # handed to the writer thread after a run's last record
+
+
+class TraceWriter:
+    """The trace sink of one run: `<dir>/<run_id>.jsonl`, one JSON object per event, secrets redacted.
+
+    An event costs the run a queue put: encoding, redaction and disk I/O happen on the process's one writer thread,
+    in the order the events came. `aclose` waits (without blocking the event loop) until the trace is on disk. A
+    trace that cannot be written is a warning, once; the run goes on."""
+
+    def __init__(self, directory: Path, redact: Redactor) -> None:
+        self._trace = _TraceFile(directory, redact)
+        self._ended = False
+
+    @property
+    def path(self) -> Path | None:
+        return self._trace.path
+
+    async def __call__(self, event: Any) -> None:
+        if self._ended:
+            return
+        _writer().put(self._trace, (time.time(), event))
+        if event.kind in END_KINDS:
+            self._end()
+
+    async def aclose(self) -> None:
+        """Return once every record of the run is on disk (or could not be written, or FLUSH_TIMEOUT passed)."""
+        self._end()
+        if not await anyio.to_thread.run_sync(self._trace.closed.wait, FLUSH_TIMEOUT):
+            _warn("trace_not_flushed", self._trace, f"still writing after {FLUSH_TIMEOUT:g} s")
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            _writer().put(self._trace, _CLOSE)
+
+
+class _TraceFile:
+    """One run's trace as the writer thread sees it; only that thread touches it."""
+
+    def __init__(self, directory: Path, redact: Redactor) -> None:
+        self._directory = directory
+        self._redact = redact
+        self._file: TextIO | None = None
+        self._broken = False
+        self._last_request: ModelRequest | None = None
+        self.path: Path | None = None
+        self.run_id: str | None = None
+        self.closed = threading.Event()
+
+    def handle(self, item: Any) -> None:
+        if item is _CLOSE:
+            self.close()
+            return
+        if self._broken:
+            return
+        stamp, event = item
+        try:
+            self._write(stamp, event)
+        except (OSError, ValueError, RecursionError) as exc:  # a full or read-only disk; a value json cannot encode
+            self.fail(exc)
+
+    def _write(self, stamp: float, event: Any) -> None:
+        if self._file is None:
+            self.run_id = event.run_id
+            self._directory.mkdir(parents=True, exist_ok=True)
+            self.path = self._directory / f"{event.run_id}.jsonl"
+            # A lone surrogate (a model's "\ud800") is written as that JSON escape, not lost with the whole trace.
+            self._file = self.path.open("a", encoding="utf-8", errors="backslashreplace")
+            _own(self._file)
+        fields = self._request_record(event) if isinstance(event, ModelRequested) else vars(event)
+        record = {"ts": datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds"), **fields}
+        self._file.write(self._redact(json.dumps(record, ensure_ascii=False, default=jsonable)) + "\n")
+
+    def _request_record(self, event: ModelRequested) -> dict[str, Any]:
+        request, last = event.request, self._last_request
+        self._last_request = request
+        known = len(last.messages) if last is not None else 0
+        if request.messages[:known] != (last.messages if last is not None else ()):
+            known = 0  # the transcript was rewritten, not extended: write it whole (tuples compare by identity first)
+        fields: dict[str, Any] = {"messages_from": known, "messages": request.messages[known:]}
+        if last is None or last.system != request.system:
+            fields["system"] = request.system
+        if last is None or last.tools != request.tools:
+            fields["tools"] = request.tools
+        fields |= {"tool_choice": request.tool_choice, "max_output_tokens": request.max_output_tokens}
+        return {"step": event.step, "request": fields, "kind": event.kind}
+
+    def flush(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.flush()
+            except OSError as exc:
+                self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        self._broken = True
+        self._release()
+        _warn("trace_not_written", self, f"{type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        try:
+            self._release()
+        finally:
+            self.closed.set()
+
+    def _release(self) -> None:
+        """Close the file, which also releases the lock that marks the run as live."""
+        if self._file is not None:
+            file, self._file = self._file, None
+            try:
+                file.close()  # flushes what is buffered
+            except OSError as exc:
+                if not self._broken:
+                    self._broken = True
+                    _warn("trace_not_written", self, f"{type(exc).__name__}: {exc}")
+
+
+def _warn(event: str, trace: _TraceFile, error: str) -> None:
+    # A fresh logger each time: tests and the CLI reconfigure structlog, and a cached one would miss that.
+    structlog.get_logger("meta_agent.tracing").warning(event, run_id=trace.run_id, path=str(trace.path), error=error)
+
+
+class _Writer:
+    """The process's one trace writer: a daemon thread that takes (trace, record) pairs off a queue in order."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[_TraceFile, Any]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name="meta-agent-traces", daemon=True)
+        self._thread.start()
+
+    def put(self, trace: _TraceFile, item: Any) -> None:
+        self._queue.put((trace, item))
+
+    def _work(self) -> None:
+        unflushed: set[_TraceFile] = set()
+        while True:
+            trace, item = self._queue.get()
+            try:
+                trace.handle(item)
+            except Exception as exc:  # a bug of ours must cost one trace, not every later run's trace
+                trace.fail(exc)
+            unflushed.add(trace)
+            if self._queue.empty():  # flushed once per burst, not per record: records still reach the OS promptly
+                for pending in unflushed:
+                    pending.flush()
+                unflushed.clear()
+
+
+_WRITER: _Writer | None = None
+_WRITER_LOCK = threading.Lock()
+
+
+def _writer() -> _Writer:
+    global _WRITER
+    if _WRITER is None:
+        with _WRITER_LOCK:  # two event loops in two threads must not start two writers
+            if _WRITER is None:
+                _WRITER = _Writer()
+    return _WRITER
+
+
+# -- which traces a live process still owns ---------------------------------------------------------------------------
+#
+# The writer holds an exclusive flock on a trace from before its first record until the run's last one is written.
+# flock belongs to the open file: the OS releases it when the file is closed or its process ends, however it ends
+# (SIGKILL included), and files Python opens are not inherited by child processes, so a child cannot keep a dead
+# run's trace "live". Two opens of one file conflict even inside one process. Windows has no flock: there nothing
+# can tell, so no trace counts as live (an unfinished trace is listed as interrupted), and pruning relies on Windows
+# refusing to delete a file that is open.
+
+
+def _own(file: IO[Any]) -> None:
+    if sys.platform != "win32":
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX)  # waits only while a reader looks at the new, empty file
+
+
+def read_trace(path: Path) -> tuple[bytes, bool]:
+    """The bytes of the trace at `path`, and whether a live process was still writing it when they were read.
+
+    Read under a shared lock when no writer holds one, so a writer cannot start in between: an unfinished trace
+    read without a live owner stays unfinished.
+
+    Raises:
+        OSError: the file cannot be read (missing, not a regular file, no permission).
+    """
+    with _open_regular(path) as file:
+        live = not _try_shared_lock(file)
+        return file.read(), live
+
+
+def trace_is_live(path: Path) -> bool:
+    """Whether a live process is still writing the trace at `path` (False for a missing or unreadable file)."""
+    try:
+        with _open_regular(path) as file:
+            return not _try_shared_lock(file)
+    except OSError:
+        return False
+
+
+def _open_regular(path: Path) -> IO[bytes]:
+    """Open a regular file to read. Non-blocking, so a FIFO named like a trace cannot hang the reader.
+
+    Raises:
+        OSError: as open() does, or the path is a directory, a FIFO or a device.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _try_shared_lock(file: IO[Any]) -> bool:
+    """Take a shared lock without waiting; False when a writer holds the file. Closing the file releases it."""
+    if sys.platform == "win32":
+        return True
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def prune_traces(directory: Path, max_age_days: float) -> int:
+    """Delete traces older than `max_age_days` that no live run is writing; returns how many. Missing directories
+    and races are fine."""
+    cutoff = time.time() - max_age_days * 86400
+    removed = 0
+    for path in directory.glob("*.jsonl") if directory.is_dir() else ():
+        try:
+            if path.stat().st_mtime < cutoff and not trace_is_live(path):
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
