@@ -33,8 +33,9 @@ from meta_agent.errors import ConversationLost
 from meta_agent.front.server import build_server
 from meta_agent.front.tool_results import NOT_REMEMBERED
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.records import conversations
-from meta_agent.records.conversations import Conversations, default_path, trim
+from meta_agent.records import transcripts
+from meta_agent.records.conversations import Conversations, default_path
+from meta_agent.records.transcripts import trim
 
 pytestmark = pytest.mark.anyio
 
@@ -195,7 +196,7 @@ def answer(call_id: str, text: str = "ok") -> ToolResult:
 
 
 def not_run(call_id: str) -> ToolResult:
-    return ToolResult(call_id=call_id, name="f__echo", parts=(TextPart(text=conversations.NOT_RUN),), is_error=True)
+    return ToolResult(call_id=call_id, name="f__echo", parts=(TextPart(text=transcripts.NOT_RUN),), is_error=True)
 
 
 @pytest.mark.parametrize(
@@ -224,8 +225,8 @@ def not_run(call_id: str) -> ToolResult:
     ],
 )
 def test_every_tool_call_is_answered_once_right_after_it(transcript: list, expected: list) -> None:
-    assert conversations.answered(transcript) == tuple(expected)
-    assert conversations.answered(expected) == tuple(expected)  # a valid transcript is kept as it is
+    assert transcripts.answered(transcript) == tuple(expected)
+    assert transcripts.answered(expected) == tuple(expected)  # a valid transcript is kept as it is
 
 
 async def test_a_transcript_cut_mid_step_is_saved_with_every_call_answered(tmp_path: Path) -> None:

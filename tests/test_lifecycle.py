@@ -324,6 +324,36 @@ def test_run_leaves_no_family_behind(tmp_path: Path, marker: str, llm: FakeLLM) 
     assert processes_with(marker) == []
 
 
+async def test_where_no_signal_can_be_caught_ctrl_c_still_ends_every_family(
+    tmp_path: Path, marker: str, llm: FakeLLM
+) -> None:
+    """Windows has no signal receiver for an event loop: a Ctrl-C comes as KeyboardInterrupt. Emulated here by running
+    `meta-agent run` with no signals to catch; the run unwinds, the families go, and the exit is still SIGINT's."""
+    config = write_config(tmp_path, families(marker, "shell", "launcher"))
+    llm.reply(openai_reply("too late"), delay=600)
+    code = "import sys, meta_agent.cli.main as m; m.SIGNALS = (); sys.exit(m.main(sys.argv[1:]))"
+    process = await anyio.open_process(
+        [sys.executable, "-c", code, "run", "think", "--config", str(config)],
+        env=openai_env(llm, model=MODEL, base=os.environ),
+    )
+    try:
+        await until("the model request", lambda: len(llm.requests) == 1)
+        assert len(processes_with(marker)) == 4  # both families are up
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(BOUND):
+            await process.wait()
+        assert process.returncode == 130
+        assert processes_with(marker) == []
+        assert process.stderr is not None
+        stderr = (await process.stderr.receive(LINE_MAX)).decode()
+        assert stderr.splitlines()[-1] == "meta-agent: stopped by SIGINT"
+        assert "Traceback" not in stderr
+    finally:
+        with suppress(ProcessLookupError):
+            process.kill()
+        await process.aclose()
+
+
 def test_check_leaves_no_family_behind(tmp_path: Path, marker: str) -> None:
     config = write_config(tmp_path, families(marker, "shell", "launcher", "forker"))
     command = [*META_AGENT, "check", "--config", str(config)]

@@ -14,7 +14,8 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -29,7 +30,10 @@ from meta_agent.records.trustfile import LEVELS, trust_path
 from meta_agent.text import plural
 from meta_agent.version import __version__
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Windows delivers no signal to an event loop (anyio.open_signal_receiver is POSIX-only; there is no SIGHUP): Ctrl-C
+# arrives as KeyboardInterrupt, which unwinds the command and is told like a SIGINT (main), and a host's stop is
+# TerminateProcess, which no process can catch; the children's job object ends them then (children/stdio.py).
+SIGNALS: tuple[signal.Signals, ...] = () if sys.platform == "win32" else (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 Command = Callable[..., Awaitable[int]]  # a command's coroutine function: (args, settings, servers) -> exit code
 
 
@@ -139,7 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(exc), EXIT_USAGE)
     default_level = "info" if args.command == "serve" else "warning"
     configure_logging(getattr(args, "log_level", None) or settings.log_level or default_level)
-    return _quietly_on_a_closed_pipe(anyio.run, _until_signalled, _command(args), args, settings, servers)
+    try:
+        return _quietly_on_a_closed_pipe(anyio.run, _until_signalled, _command(args), args, settings, servers)
+    except KeyboardInterrupt:  # on Windows; elsewhere only a Ctrl-C before the signal receiver was in place
+        note("stopped by SIGINT")
+        return EXIT_SIGNALLED + signal.SIGINT
 
 
 def _command(args: argparse.Namespace) -> Command:
@@ -173,7 +181,7 @@ async def _until_signalled(command: Command, *args: Any) -> int:
     finished unwinding, so a second one cannot interrupt the stopping of the children; it says which are left."""
     received: list[int] = []
     result, broken_pipe = 0, False
-    with anyio.open_signal_receiver(*SIGNALS) as signals:
+    with _signal_receiver() as signals:
         async with anyio.create_task_group() as tg:
             with anyio.CancelScope() as work:
 
@@ -197,6 +205,21 @@ async def _until_signalled(command: Command, *args: Any) -> int:
         note(f"stopped by {signal.Signals(received[0]).name}")
         return EXIT_SIGNALLED + received[0]
     return result
+
+
+@contextmanager
+def _signal_receiver() -> Iterator[AsyncIterator[int]]:
+    """The signals of SIGNALS as they come; where there are none to catch (Windows), a stream that ends at once."""
+    if not SIGNALS:
+        yield _no_signals()
+        return
+    with anyio.open_signal_receiver(*SIGNALS) as signals:
+        yield signals
+
+
+async def _no_signals() -> AsyncIterator[int]:
+    return
+    yield  # an async generator that yields nothing
 
 
 def _still_stopping() -> str:
