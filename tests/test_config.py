@@ -22,7 +22,7 @@ BAD = [
     ("not-json", '{"mcpServers": {', "servers.json:1:17: invalid JSON: Expecting property name"),
     ("trailing-comma", '{"mcpServers": {"a": {"command": "x",}}}', "servers.json:1:38: invalid JSON"),
     ("second-line", '{\n  "mcpServers": {\n    "a" {}\n  }\n}', "servers.json:3:9: invalid JSON: Expecting ':'"),
-    ("top-array", "[]", 'expected a JSON object with "mcpServers", got an array'),
+    ("top-array", "[]", 'expected a JSON object with "mcpServers", got a list'),
     ("top-string", '"x"', "got a string"),
     ("no-mcpServers", "{}", "mcpServers: required key is missing"),
     ("misspelt-top", '{"mcpServer": {}}', "mcpServer: unknown key 'mcpServer' (did you mean 'mcpServers'?)"),
@@ -111,6 +111,11 @@ BAD = [
     ),
     ("deep-nesting", '{"mcpServers": ' + "[" * 100_000 + "]" * 100_000 + "}", "servers.json: invalid JSON"),
     ("duplicate-server", '{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}', "key 'a' appears twice"),
+    # a long value is quoted back cut, with one ellipsis character
+    ("long-value", servers(a={"command": "x", "timeout": "9" * 60}), f'timeout: expected a number, got "{"9" * 38}…'),
+    # the first problem, and how many more: an unknown key first, as it may explain the others
+    ("two-problems", servers(a={"command": "x", "timeout": "x", "zzz": 1}), "a.zzz: unknown key 'zzz' (known keys:"),
+    ("how-many-more", servers(a={"command": "x", "timeout": "x", "disabled": "y"}), 'got "y" (and 1 more)'),
 ]
 
 
@@ -185,7 +190,7 @@ def test_load_reads_a_file(tmp_path: Path) -> None:
     ("variable", "value", "expected"),
     [
         ("META_AGENT_MAX_STEPS", "many", "META_AGENT_MAX_STEPS: input should be a valid integer"),
-        ("META_AGENT_MAX_STEPS", "0", "META_AGENT_MAX_STEPS: input should be greater than or equal to 1"),
+        ("META_AGENT_MAX_STEPS", "0", 'META_AGENT_MAX_STEPS: input should be greater than or equal to 1, got "0"'),
         ("META_AGENT_LOG_LEVEL", "loud", "META_AGENT_LOG_LEVEL: input should be 'debug'"),
     ],
 )

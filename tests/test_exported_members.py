@@ -52,6 +52,7 @@ EXPECTED = [
     "make_provider",
     "Message",
     "MetaAgentError",
+    "MetaAgentServer",
     "Mode",
     "ModelNotConfigured",
     "ModelRequest",

@@ -44,7 +44,8 @@ from fault_tally import TALLY
 
 from meta_agent.config import Settings
 from meta_agent.engine import Engine
-from meta_agent.front.server import build_server, http_app
+from meta_agent.front.http_app import http_app
+from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import pytest
@@ -26,6 +26,7 @@ from meta_agent.core.messages import (
     ToolMessage,
     Usage,
 )
+from meta_agent.core.result import ErrorKind, RunOut, RunResult, StopReason
 from meta_agent.core.tool_call import ArgumentCheck, Verdict
 from meta_agent.core.tools import InternalTool, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.errors import ProviderUnavailable, ScriptError
@@ -101,7 +102,7 @@ async def go(
     limits: Limits | None = None,
     provider: ScriptedProvider | None = None,
     **options: Any,
-) -> tuple[ev.RunResult, ScriptedProvider, Recorder]:
+) -> tuple[RunResult, ScriptedProvider, Recorder]:
     box = Toolbox.build([PAINT], pool)
     provider = provider or ScriptedProvider(script)
     recorder = Recorder()
@@ -580,3 +581,12 @@ async def test_metrics_count_errors_by_category_and_time_per_tool(pool: ChildPoo
     assert result.to_json()["usage"]["errors"] == usage.errors
     kinds = [c.error_kind for c in result.steps[0].tool_calls]
     assert kinds == [None, "tool", "timeout", "approval"]
+    assert set(usage.errors) == set(get_args(ErrorKind))  # every category the result names is one a run can count
+
+
+def test_the_result_schema_names_every_stop_reason_and_error_kind() -> None:
+    """Hosts read the result through its schema: the stop reasons and error categories are enums there, taken from
+    the types the loop fills in, so a new one cannot be left out of it."""
+    schema = RunOut.model_json_schema()
+    assert schema["properties"]["stop_reason"]["enum"] == list(get_args(StopReason))
+    assert schema["$defs"]["UsageOut"]["properties"]["errors"]["propertyNames"]["enum"] == list(get_args(ErrorKind))

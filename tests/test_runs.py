@@ -107,6 +107,10 @@ NOT_RECORDS = {
         '{"kind": "model_responded", "ts": "t", "duration_ms": 1, "input_tokens": 1, "output_tokens": 1, "response": []}'
     ),
     "a run_finished without usage": '{"kind": "run_finished", "ts": "t", "result": {"answer": "a", "stop_reason": "x"}}',
+    "a run_finished with a stop reason no run has": (  # read through the result's one definition, core.result.RunOut
+        '{"kind": "run_finished", "ts": "t", "result": {"answer": "a", "stop_reason": "x", "run_id": "r", "steps": [], '
+        '"usage": {"model_calls": 1, "tool_calls": 0, "input_tokens": 1, "output_tokens": 1}}}'
+    ),
     "invalid UTF-8": "\udcff\udcfe",  # written as the bytes ff fe
 }
 

@@ -28,7 +28,7 @@ from meta_agent.core.messages import ModelResponse
 from meta_agent.front.server import build_server
 from meta_agent.providers import openai as openai_provider
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.records import runs, trustfile
+from meta_agent.records import run_history, trustfile
 from meta_agent.toolbox import definition_of
 
 pytestmark = pytest.mark.anyio
@@ -52,6 +52,8 @@ async def client(request: pytest.FixtureRequest, llm_endpoint: FakeLLM) -> Async
     mode = "legacy" if request.param == "legacy" else "auto"
     async with Client(server, mode=mode) as connected:
         assert connected.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        assert server.engine is not None
+        await server.engine.pool.wait_settled()  # every test starts with the children up, whichever runs first
         yield connected
 
 
@@ -150,13 +152,13 @@ async def test_bad_arguments_are_one_line_tool_errors(client: Client, arguments:
 @pytest.mark.parametrize(
     ("tool", "arguments", "message"),
     [
-        ("agent", {}, "task: required argument of agent, missing"),
-        ("plan", {"tools": ["f.*"]}, "task: required argument of plan, missing"),
-        ("ask", {}, "prompt: required argument of ask, missing"),
-        ("image_gen", {"size": "auto"}, "prompt: required argument of image_gen, missing"),
-        ("agent", {"task": 3}, "task: input should be a valid string, got 3"),
-        ("agent", {"task": "t", "tools": [1]}, "tools[0]: input should be a valid string, got 1"),
-        ("plan", {"task": "t", "tools": "f.*"}, 'tools: input should be a valid list, got "f.*"'),
+        ("agent", {}, "task: required argument of agent is missing"),
+        ("plan", {"tools": ["f.*"]}, "task: required argument of plan is missing"),
+        ("ask", {}, "prompt: required argument of ask is missing"),
+        ("image_gen", {"size": "auto"}, "prompt: required argument of image_gen is missing"),
+        ("agent", {"task": 3}, "task: expected a string, got 3"),
+        ("agent", {"task": "t", "tools": [1]}, "tools[0]: expected a string, got 1"),
+        ("plan", {"task": "t", "tools": "f.*"}, 'tools: expected a list, got "f.*"'),
         (
             "agent",
             {"task": "t", "max_steps": "many"},
@@ -165,15 +167,15 @@ async def test_bad_arguments_are_one_line_tool_errors(client: Client, arguments:
         (
             "image_gen",
             {"prompt": "p", "n": "x" * 100},  # a long value is cut
-            f'n: input should be a valid integer, unable to parse string as an integer, got "{"x" * 36}...',
+            f'n: input should be a valid integer, unable to parse string as an integer, got "{"x" * 38}…',
         ),
         ("agent", {"task": "t", "max_step": 3}, "max_step: unknown argument of agent (did you mean 'max_steps'?)"),
         ("ask", {"prompt": "p", "color": "red"}, "color: unknown argument of ask (its arguments: prompt, tools)"),
-        ("ask", {"prompt": "p", "a\nb": 1}, "'a\\nb': unknown argument of ask (its arguments: prompt, tools)"),
+        ("ask", {"prompt": "p", "a\nb": 1}, '"a\\nb": unknown argument of ask (its arguments: prompt, tools)'),
         (
             "plan",
             {"tools": 5, "max_steps": None},
-            "task: required argument of plan, missing; tools: input should be a valid list, got 5",
+            "task: required argument of plan is missing; tools: expected a list, got 5",
         ),
     ],
 )
@@ -230,7 +232,7 @@ async def test_a_failed_run_ends_its_trace_with_stop_reason_error(tmp_path: Path
     assert (last["kind"], last["error"]) == ("run_failed", text_of(result).removesuffix(f" (run_id {run_id})"))
     assert last["result"]["stop_reason"] == "error"
     assert [call["name"] for call in last["result"]["steps"][0]["tool_calls"]] == ["f.echo"]  # what it had done
-    [summary] = runs.recent(tmp_path).runs  # `meta-agent runs` reads it
+    [summary] = run_history.recent(tmp_path).runs  # `meta-agent runs` reads it
     assert (summary.run_id, summary.stop_reason) == (run_id, "error")
 
 

@@ -96,16 +96,16 @@ def test_bad_trust_commands_exit_2(tmp_path: Path, args: list[str], message: str
         ('{"tools": []}', 'expected {"tools": {...}}'),
         (
             '{"tools": {"f.x": {"level": "maybe", "definition": "h"}}}',
-            "servers.trust.json: tools['f.x'].level: Input should be 'never', 'ask' or 'always'",
+            "servers.trust.json: tools[\"f.x\"].level: input should be 'never', 'ask' or 'always', got \"maybe\"",
         ),
         # the entry's name quoted: a name with a line break in it cannot break the line
         (
             '{"tools": {"f.x\\nmeta-agent: all fine": {"level": "ask"}}}',
-            "tools['f.x\\nmeta-agent: all fine'].definition: Field required",
+            'tools["f.x\\nmeta-agent: all fine"].definition: required key is missing',
         ),
         (
             '{"tools": {"a": {"level": "ask", "definition": 1}, "b": 2}}',
-            "tools['a'].definition: Input should be a valid string, and 1 more",
+            "tools.a.definition: expected a string, got 1 (and 1 more)",
         ),
     ],
 )

@@ -25,20 +25,14 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
         Event,
         Heartbeat,
         LimitReached,
-        Mode,
         ModelRequested,
         ModelResponded,
         ModelTurnStarted,
         RunFailed,
         RunFinished,
-        RunResult,
         RunStarted,
-        RunUsage,
-        StepRecord,
-        StopReason,
         Thinking,
         ToolCallFinished,
-        ToolCallRecord,
         ToolCallStarted,
     )
     from meta_agent.core.messages import (
@@ -60,6 +54,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     )
     from meta_agent.core.policy import TrustLevel
     from meta_agent.core.provider import Provider
+    from meta_agent.core.result import Mode, RunResult, RunUsage, StepRecord, StopReason, ToolCallRecord
     from meta_agent.core.tool_call import Approver, Verdict
     from meta_agent.core.tools import ToolHints, ToolSpec
     from meta_agent.engine import Engine
@@ -83,10 +78,11 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
         ProviderUnavailable,
         ScriptError,
     )
-    from meta_agent.front.server import build_server, http_app
+    from meta_agent.front.http_app import http_app
+    from meta_agent.front.server import MetaAgentServer, build_server
     from meta_agent.providers import make_provider, resolve_provider
     from meta_agent.providers.scripted import ScriptedProvider
-    from meta_agent.records.tracing import configure_logging
+    from meta_agent.records.logs import configure_logging
 
 # A literal list (sorted as ruff's RUF022 wants), so type checkers read it; a change to it is a visible test change.
 __all__ = [
@@ -112,6 +108,7 @@ __all__ = [
     "LimitReached",
     "Message",
     "MetaAgentError",
+    "MetaAgentServer",
     "Mode",
     "ModelNotConfigured",
     "ModelRequest",
@@ -176,20 +173,14 @@ _SOURCES = {
         "Event",
         "Heartbeat",
         "LimitReached",
-        "Mode",
         "ModelRequested",
         "ModelResponded",
         "ModelTurnStarted",
         "RunFailed",
         "RunFinished",
-        "RunResult",
         "RunStarted",
-        "RunUsage",
-        "StepRecord",
-        "StopReason",
         "Thinking",
         "ToolCallFinished",
-        "ToolCallRecord",
         "ToolCallStarted",
     ),
     "meta_agent.core.messages": (
@@ -211,6 +202,7 @@ _SOURCES = {
     ),
     "meta_agent.core.policy": ("TrustLevel",),
     "meta_agent.core.provider": ("Provider",),
+    "meta_agent.core.result": ("Mode", "RunResult", "RunUsage", "StepRecord", "StopReason", "ToolCallRecord"),
     "meta_agent.core.tool_call": ("Approver", "Verdict"),
     "meta_agent.core.tools": ("ToolHints", "ToolSpec"),
     "meta_agent.engine": ("Engine",),
@@ -234,10 +226,11 @@ _SOURCES = {
         "ProviderUnavailable",
         "ScriptError",
     ),
-    "meta_agent.front.server": ("build_server", "http_app"),
+    "meta_agent.front.http_app": ("http_app",),
+    "meta_agent.front.server": ("MetaAgentServer", "build_server"),
     "meta_agent.providers": ("make_provider", "resolve_provider"),
     "meta_agent.providers.scripted": ("ScriptedProvider",),
-    "meta_agent.records.tracing": ("configure_logging",),
+    "meta_agent.records.logs": ("configure_logging",),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 

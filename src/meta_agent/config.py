@@ -6,10 +6,9 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from meta_agent.core.limits import DEFAULT_MAX_STEPS, DEFAULT_TOKEN_BUDGET
 from meta_agent.core.policy import TrustLevel
 from meta_agent.errors import ConfigError
 from meta_agent.text import first_line
+from meta_agent.validation import did_you_mean, json_kind, json_path, problem, refusal
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 # A glob over tool names: the characters of a tool name plus fnmatch's wildcards.
@@ -169,11 +169,11 @@ def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[st
     except (ValueError, RecursionError) as exc:  # a number too long to convert, or nesting too deep
         raise ConfigError(f"{source}: invalid JSON: {first_line(str(exc)) or type(exc).__name__}") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f'{source}: expected a JSON object with "mcpServers", got {_json_type(raw)}')
+        raise ConfigError(f'{source}: expected a JSON object with "mcpServers", got {json_kind(raw)}')
     entries = raw.get("mcpServers")
     if isinstance(entries, dict):
         for name, entry in entries.items():
-            where = f"{source}: {_json_path(['mcpServers', name])}"
+            where = f"{source}: {json_path(['mcpServers', name])}"
             if not SERVER_NAME.fullmatch(name):
                 raise ConfigError(
                     f"{where}: bad server name {name!r}: use letters, digits, '_' and '-' (the dot separates "
@@ -184,7 +184,7 @@ def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[st
     try:
         parsed = ServersFile.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc)}") from None
+        raise ConfigError(f"{source}: {refusal(exc, known=_known_keys)}") from None
     return dict(parsed.mcpServers)
 
 
@@ -214,7 +214,7 @@ def _expand_raw(entry: dict[str, Any], where: str, environ: Mapping[str, str]) -
     for key in ("env", "headers"):
         if isinstance(out.get(key), dict):
             out[key] = {
-                k: expand(v, f"{where}.{_json_path([key, k])}", environ) if isinstance(v, str) else v
+                k: expand(v, f"{where}.{json_path([key, k])}", environ) if isinstance(v, str) else v
                 for k, v in out[key].items()
             }
     return out
@@ -241,55 +241,7 @@ def expand(value: str, where: str, environ: Mapping[str, str]) -> str:
     return result
 
 
-_EXPECTED = {
-    "dict_type": "expected an object",
-    "model_type": "expected an object",
-    "model_attributes_type": "expected an object",
-    "string_type": "expected a string",
-    "list_type": "expected a list",
-    "tuple_type": "expected a list",
-    "bool_type": "expected true or false",
-    "float_type": "expected a number",
-    "int_type": "expected a whole number",
-}
-
-
-def _describe(exc: ValidationError) -> str:
-    """One validation error as `json.path: problem`; unknown keys first, with a did-you-mean."""
-    errors = exc.errors()
-    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = list(error["loc"])
-    path = _json_path(loc)
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        key = str(loc[-1])
-        return f"{path}: unknown key {key!r}{_did_you_mean(key, _known_keys(loc[:-1]))}"
-    if kind == "missing":
-        return f"{path}: required key is missing"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if kind in ("value_error", "assertion_error"):
-        return f"{path}: {message}"
-    message = _EXPECTED.get(kind, message[0].lower() + message[1:])
-    got = json.dumps(error["input"])
-    if len(got) > 40:
-        got = got[:37] + "..."
-    return f"{path}: {message}, got {got}"
-
-
-def _json_path(loc: list[int | str]) -> str:
-    """`mcpServers.pg.args[0]`; a key that is not a plain name is quoted: `env["A B"]`."""
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif SERVER_NAME.fullmatch(part):
-            path += f".{part}" if path else part
-        else:
-            path += f"[{json.dumps(part)}]"
-    return path or "(top level)"
-
-
-def _known_keys(parent: list[int | str]) -> list[str]:
+def _known_keys(parent: Sequence[int | str]) -> list[str]:
     """The keys allowed at the object the location `parent` points to."""
     if not parent:
         return list(ServersFile.model_fields)
@@ -298,19 +250,6 @@ def _known_keys(parent: list[int | str]) -> list[str]:
     if len(parent) == 3 and parent[2] == "tools":
         return list(ToolFilter.model_fields)
     return []
-
-
-def _did_you_mean(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    return f" (known keys: {', '.join(known)})" if known else ""
-
-
-def _json_type(value: Any) -> str:
-    return {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
-        type(value), "null"
-    )
 
 
 class Settings(BaseSettings):
@@ -329,7 +268,7 @@ class Settings(BaseSettings):
     time_limit: float | None = Field(default=1800.0, gt=0)
     # Seconds one model request may take, per attempt (the SDKs retry twice): also what bounds a run's last turn.
     model_timeout: float = Field(default=300.0, gt=0)
-    trace_dir: Path | None = None  # None: the user state dir (see records.tracing.default_trace_dir)
+    trace_dir: Path | None = None  # None: the user state dir (see records.traces.default_trace_dir)
     trace_max_age_days: float = Field(default=14.0, gt=0)
     conversations_db: Path | None = None  # None: the user data dir (see records.conversations.default_path)
     http_token: str | None = None
@@ -348,7 +287,7 @@ class Settings(BaseSettings):
         wanted = [name.strip() for name in self.internal_tools.split(",") if name.strip()]
         for name in wanted:
             if name not in known:
-                hint = _did_you_mean(name, known) or " (there are none)"
+                hint = did_you_mean(name, known, "internal tools") or " (there are none)"
                 raise ConfigError(f"META_AGENT_INTERNAL_TOOLS: unknown internal tool {name!r}{hint}")
         return [name for name in known if name in wanted]
 
@@ -363,6 +302,4 @@ def load_settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         error = exc.errors()[0]
-        name = "META_AGENT_" + str(error["loc"][0]).upper()
-        message = str(error["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{name}: {message[0].lower()}{message[1:]}, got {error['input']!r}") from None
+        raise ConfigError(f"META_AGENT_{str(error['loc'][0]).upper()}: {problem(error)}") from None

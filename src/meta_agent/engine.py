@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,10 +19,11 @@ from meta_agent.children.questions import Questions
 from meta_agent.children.supervisor import ChildPool, ChildServer, ChildStatus
 from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
 from meta_agent.core import events as ev
-from meta_agent.core.events import Emit, Event, Mode, RunResult
+from meta_agent.core.events import Emit, Event
 from meta_agent.core.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.provider import Provider
+from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tools import InternalTool, ToolSpec
 from meta_agent.errors import ConfigError, ConversationLost, PatternError
@@ -31,11 +33,12 @@ from meta_agent.records import trustfile
 from meta_agent.records.conversations import Conversations, Turn
 from meta_agent.records.conversations import default_path as default_conversations_path
 from meta_agent.records.telemetry import Spans
-from meta_agent.records.tracing import Redactor, TraceWriter, default_trace_dir, prune_traces
+from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.records.trustfile import Recorded
+from meta_agent.text import one_line, some_of
 from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server
 
-log = structlog.get_logger("meta_agent.engine")
+log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
 LEFT_OUT = "META_AGENT_INTERNAL_TOOLS leaves it out"  # why an internal tool switched off is withheld
 
@@ -45,15 +48,16 @@ class Engine:
         self,
         settings: Settings,
         servers: Mapping[str, ServerEntry],
-        environ: Mapping[str, str],
+        environ: Mapping[str, str] = os.environ,
         *,
         restart: bool = True,
         start_timeout: float = DEFAULT_START_TIMEOUT,
         trust_file: Path | None = None,
         provider: Provider | None = None,
     ) -> None:
-        """`trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes, and while it
-        cannot be read, recorded levels stop applying (`trust_problem` says why; the toolbox shows it). `provider`,
+        """`environ` (the process's own unless given) holds the providers' API keys and endpoints, which traces
+        redact. `trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes, and while
+        it cannot be read, recorded levels stop applying (`trust_problem` says why; the toolbox shows it). `provider`,
         where given, is the model of every run instead of the one the settings name (benchmarks, embedding).
 
         Raises:
@@ -247,7 +251,7 @@ class Engine:
             error = f"this turn cannot be stored as JSON ({type(exc).__name__}: {exc}); it was not saved"
         else:
             return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
-        error = " ".join(error.split())  # one line, whatever the error said
+        error = one_line(error)  # whatever the error said
         log.warning("conversation_not_saved", path=str(self.conversations.path), error=error)
         return dataclasses.replace(result, conversation_error=error)
 
@@ -268,7 +272,7 @@ class Engine:
                 withheld = [spec.name for spec in candidates if fnmatch.fnmatchcase(spec.name, pattern)]
                 raise PatternError(
                     f"tools: pattern {pattern!r} matches only tools plan mode withholds, as they may change things "
-                    f"({', '.join(withheld[:6])}{', ...' if len(withheld) > 6 else ''}); plan uses read-only tools"
+                    f"({some_of(withheld, 6)}); plan uses read-only tools"
                 )
         return chosen
 
@@ -327,9 +331,8 @@ class Engine:
         down = [status for status in down if may_name_server(pattern, status.name)]
         if down:
             return f" ({'; '.join(_not_ready(status) for status in down)})"
-        names = ", ".join(spec.name for spec in self.toolbox().tools[:12])
-        more = "" if len(self.toolbox().tools) <= 12 else ", ..."
-        return f" (the tools are: {names}{more})" if names else " (there are no tools)"
+        names = some_of([spec.name for spec in self.toolbox().tools], 12)
+        return f" (the tools are: {names})" if names else " (there are no tools)"
 
     def _child_changed(self, _child: ChildServer) -> None:
         self._toolbox = None

@@ -30,7 +30,7 @@ from typing import Literal
 
 from meta_agent.text import first_line
 
-# The limit a `LimitExceeded` names: each is also the stop reason of the run it ends (core.events.StopReason).
+# The limit a `LimitExceeded` names: each is also the stop reason of the run it ends (core.result.StopReason).
 LimitReason = Literal["max_steps", "token_budget", "deadline"]
 
 
@@ -115,9 +115,17 @@ class ChildProtocolError(ChildError):
 
 
 def summary(exc: BaseException) -> str:
-    """An unexpected exception in one line: its type and the first line of its message (the innermost first one of an
-    exception group, as a task group raises it). What a user is told of a bug of ours; the traceback goes to the log."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
+    """An unexpected exception in one line: its type and the first line of its message (of its `leaf`, where a task
+    group wrapped it). What a user is told of a bug of ours; the traceback goes to the log."""
+    exc = leaf(exc)
     gist = first_line(str(exc))
     return f"{type(exc).__name__}: {gist}" if gist else type(exc).__name__
+
+
+def leaf(exc: BaseException) -> BaseException:
+    """The exception inside (possibly nested) exception groups, as task groups raise them: the first error, or the
+    first of what is there when there is no error (only cancellations): a cancellation beside an error is the
+    effect of that error, which is what a message must name."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = next((inner for inner in exc.exceptions if isinstance(inner, Exception)), exc.exceptions[0])
+    return exc

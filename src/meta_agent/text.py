@@ -1,13 +1,16 @@
-"""Small text helpers shared by every layer: a longer text quoted on one line, an error message's first line, and a
-count with its noun."""
+"""Small text helpers shared by every layer: a longer text quoted on one line, an error message's first line, a few
+names of a longer list, and a count with its noun."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 
-def one_line(text: str, limit: int) -> str:
-    """`text` on one line (every run of white space one space), cut with an ellipsis past `limit` characters."""
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """`text` on one line (every run of white space one space), cut with an ellipsis past `limit` characters (None:
+    never cut)."""
     line = " ".join(text.split())
-    return line if len(line) <= limit else f"{line[: limit - 1]}…"
+    return line if limit is None or len(line) <= limit else f"{line[: limit - 1]}…"
 
 
 def first_line(text: str) -> str:
@@ -19,3 +22,9 @@ def first_line(text: str) -> str:
 def plural(count: int, noun: str) -> str:
     """`count` with its noun: "1 step", "3 steps" (a regular plural, which is every noun we count)."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def some_of(names: Sequence[str], shown: int) -> str:
+    """The first `shown` of `names`, joined by ", ", and ", …" when there are more: a list named in a one-line
+    message, kept short."""
+    return ", ".join(names[:shown]) + (", …" if len(names) > shown else "")

@@ -21,9 +21,9 @@ import mcp.types as t
 from meta_agent.children.questions import Questions
 from meta_agent.children.supervisor import ChildServer
 from meta_agent.config import check_glob
-from meta_agent.core.events import Mode
 from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.policy import TrustLevel, stricter, trust_level, visible
+from meta_agent.core.result import Mode
 from meta_agent.core.tools import InternalTool, ProgressFn, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.errors import PatternError
 from meta_agent.records.trustfile import Recorded, definition_hash

@@ -26,7 +26,7 @@ from meta_agent.children.stdio import stdio_child
 from meta_agent.config import ServerEntry
 from meta_agent.errors import ChildProtocolError
 
-log = structlog.get_logger("meta_agent.children")
+log = structlog.get_logger(__name__)
 
 # The SDK's default httpx2 timeout is 5 s, which kills any silent long tool call; ours is per call instead.
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=None)

@@ -12,14 +12,15 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-import anyio
 import httpx2
 import mcp.types as t
 import pydantic
 from mcp.shared.exceptions import MCPError
 
 from meta_agent.config import ServerEntry
-from meta_agent.text import one_line
+from meta_agent.errors import leaf, summary
+from meta_agent.text import first_line, one_line
+from meta_agent.validation import refusal
 
 # Stderr lines kept per child, to explain a failed start.
 STDERR_TAIL = 20
@@ -57,58 +58,42 @@ class Clues:
 
 def describe_failure(exc: BaseException, entry: ServerEntry, *, ready: bool, clues: Clues) -> str:
     """Why a connection to the child of `entry` ended (`ready`: it had come up) or never came up, in one line."""
-    leaf = _leaf(exc)
-    if isinstance(leaf, StartFailure):
-        return str(leaf)
-    if isinstance(leaf, FileNotFoundError) and entry.command is not None and not ready:
+    inner = leaf(exc)
+    if isinstance(inner, StartFailure):
+        return str(inner)
+    if isinstance(inner, FileNotFoundError) and entry.command is not None and not ready:
         return f"command not found: {entry.command}"
-    if isinstance(leaf, PermissionError) and entry.command is not None and not ready:
+    if isinstance(inner, PermissionError) and entry.command is not None and not ready:
         return f"cannot run {entry.command}: permission denied"
-    if isinstance(leaf, MCPError) and leaf.code == t.CONNECTION_CLOSED:
+    if isinstance(inner, MCPError) and inner.code == t.CONNECTION_CLOSED:
         text = "the server exited" if entry.command else "the connection closed"
         return text if ready else clues.explain_start(f"{text} during start-up")
     if clues.http_status is not None:
         hint = " (check its headers)" if clues.http_status in (401, 403) else ""
         return f"HTTP {clues.http_status} from {entry.url}{hint}"
-    if isinstance(leaf, httpx2.TransportError):
-        return f"cannot reach {entry.url}: {describe_exception(leaf)}"
-    text = describe_exception(leaf)
+    if isinstance(inner, httpx2.TransportError):
+        return f"cannot reach {entry.url}: {describe_exception(inner)}"
+    text = describe_exception(inner)
     return text if ready else clues.explain_start(text)
 
 
 def describe_exception(exc: BaseException) -> str:
     """`exc` (or the exception inside its groups) in one line: its gist, and its type where that says something."""
-    leaf = _leaf(exc)
-    if isinstance(leaf, MCPError):
-        return f"{_gist(leaf.message)} (JSON-RPC error {leaf.code})"
-    if isinstance(leaf, pydantic.ValidationError):
-        return f"malformed message: {first_error(leaf)}"
-    if isinstance(leaf, TimeoutError):
+    inner = leaf(exc)
+    if isinstance(inner, MCPError):
+        return f"{quoted(first_line(inner.message))} (JSON-RPC error {inner.code})"
+    if isinstance(inner, pydantic.ValidationError):
+        return f"malformed message: {first_error(inner)}"
+    if isinstance(inner, TimeoutError):
         return "timed out"
-    text = _gist(str(leaf))
-    return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
+    return quoted(summary(inner))
 
 
 def first_error(exc: pydantic.ValidationError) -> str:
-    """The first of the validation errors in `exc`, with where it is."""
-    error = exc.errors()[0]
-    where = ".".join(str(p) for p in error["loc"])
-    return quoted(f"{where}: {error['msg']}" if where else str(error["msg"]))
+    """What was wrong with a message or result the child sent, where it is and how many more problems it had."""
+    return quoted(refusal(exc))
 
 
 def quoted(text: str, limit: int = QUOTED_MAX) -> str:
     """What a child said, fit to quote: without terminal codes, other control characters as spaces, on one line."""
     return one_line(_CONTROL.sub(" ", _TERMINAL_CODE.sub("", text)), limit)
-
-
-def _gist(message: str) -> str:
-    """The first non-empty line of an error message: messages put their gist there and the detail (a schema, a
-    traceback) after it."""
-    return next(filter(None, map(quoted, message.splitlines())), "")
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The first non-group exception inside (possibly nested) exception groups, a cancellation only if alone."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = next((e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())), exc.exceptions[0])
-    return exc

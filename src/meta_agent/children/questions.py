@@ -16,7 +16,7 @@ from mcp.client import ClientRequestContext
 
 from meta_agent.children.failures import describe_exception
 
-log = structlog.get_logger("meta_agent.children")
+log = structlog.get_logger(__name__)
 
 
 class Questions(Protocol):

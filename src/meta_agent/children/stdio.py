@@ -38,7 +38,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.shared.message import SessionMessage
 
-log = structlog.get_logger("meta_agent.children")
+log = structlog.get_logger(__name__)
 
 # After its stdin closes, a well-behaved server and its family exit on their own within this (the SDK's figure).
 STDIN_GRACE = 2.0

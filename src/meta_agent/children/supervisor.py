@@ -36,7 +36,7 @@ from meta_agent.config import ServerEntry
 from meta_agent.core.tools import ProgressFn
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
 
-log = structlog.get_logger("meta_agent.children")
+log = structlog.get_logger(__name__)
 
 # npm- and uv-launched servers can take several seconds to boot; longer than this is a child that will not start.
 START_TIMEOUT = 30.0

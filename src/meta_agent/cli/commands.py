@@ -26,7 +26,7 @@ from meta_agent.records import trustfile
 from meta_agent.text import plural
 from meta_agent.toolbox import Toolbox, definition_of
 
-log = structlog.get_logger("meta_agent.cli")
+log = structlog.get_logger(__name__)
 
 
 async def run_task(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:

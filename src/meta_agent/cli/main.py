@@ -25,8 +25,8 @@ from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fai
 from meta_agent.config import DEFAULT_START_TIMEOUT, load_servers, load_settings
 from meta_agent.errors import ConfigError
 from meta_agent.records import trustfile
-from meta_agent.records.tracing import configure_logging
-from meta_agent.records.trustfile import LEVELS, trust_path
+from meta_agent.records.logs import configure_logging
+from meta_agent.records.trustfile import TRUST_LEVELS, trust_path
 from meta_agent.text import plural
 from meta_agent.version import __version__
 
@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     trust.add_argument(
         "pattern", nargs="?", metavar="TOOL", help="a namespaced tool name or glob (pg.execute_sql, pg.*)"
     )
-    trust.add_argument("level", nargs="?", choices=[*LEVELS, "forget"], help="never, ask, always, or forget")
+    trust.add_argument("level", nargs="?", choices=[*TRUST_LEVELS, "forget"], help="never, ask, always, or forget")
 
     tools = commands.add_parser("tools", parents=[common], help="the toolbox: each child's tools, status and trust")
     tools.add_argument("--json", action="store_true", help="print the toolbox as JSON")

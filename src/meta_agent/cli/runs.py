@@ -7,14 +7,31 @@ every other command's start.
 from __future__ import annotations
 
 import argparse
+import json
+from collections import defaultdict
+from typing import Any
 
 from meta_agent.cli.terminal import EXIT_USAGE, fail, note
 from meta_agent.config import load_settings
 from meta_agent.errors import ConfigError
-from meta_agent.records.runs import Listing, account, read, recent
-from meta_agent.records.tracing import default_trace_dir
-from meta_agent.text import one_line, plural
+from meta_agent.records.run_history import (
+    Answered,
+    Failed,
+    Finished,
+    Limit,
+    Listing,
+    Record,
+    Responded,
+    Started,
+    ToolFinished,
+    Trace,
+    read,
+    recent,
+)
+from meta_agent.records.traces import default_trace_dir
+from meta_agent.text import one_line, plural, some_of
 
+SHOWN = 300  # characters of a tool result or an answer shown in `runs show`
 TASK_SHOWN = 60  # characters of a run's task in the `runs` listing
 RUNS_NAMED = 3  # unreadable trace files named in `runs`; the count says how many more
 
@@ -54,5 +71,90 @@ def _skipped(listing: Listing) -> str:
     files = listing.skipped_files
     counts = [plural(len(files), "unreadable trace")] if files else []
     counts += [plural(listing.skipped_records, "unreadable record")] if listing.skipped_records else []
-    names = ", ".join(files[:RUNS_NAMED]) + (", ..." if len(files) > RUNS_NAMED else "")
+    names = some_of(files, RUNS_NAMED)
     return f"{' and '.join(counts)} skipped" + (f" ({names})" if names else "")
+
+
+# -- one run told ----------------------------------------------------------------------------------------------------
+
+
+def account(trace: Trace) -> list[str]:
+    """A run step by step as a person reads it: what the model asked, what each tool returned, where time went."""
+    lines: list[str] = []
+    model_ms: list[int] = []
+    tool_ms: dict[str, list[int]] = defaultdict(list)
+    for record in trace.records:
+        if isinstance(record, Responded):
+            model_ms.append(record.duration_ms)
+        elif isinstance(record, ToolFinished):
+            tool_ms[record.name].append(record.duration_ms)
+        lines += _record_lines(record)
+    if trace.end is None:
+        lines.append(
+            "running · a live process is still writing this trace"
+            if trace.live
+            else "interrupted · the process running it ended before the run did"
+        )
+    spent = [f"model {sum(model_ms)} ms ({plural(len(model_ms), 'call')})"]
+    by_time = sorted(tool_ms.items(), key=lambda item: -sum(item[1]))
+    spent += [f"{name} {sum(ms)} ms ({plural(len(ms), 'call')})" for name, ms in by_time]
+    lines.append("where time went: " + ", ".join(spent))
+    return lines
+
+
+def _record_lines(record: Record) -> list[str]:
+    """The lines of the account that one record of the trace gives; none for the kinds an account leaves out."""
+    step = record.step
+    match record:
+        case Started():
+            return [f"run {record.run_id} · {record.mode} with {record.model} · {record.ts}", f"task: {record.task}"]
+        case Responded():
+            return _response_lines(record)
+        case Answered():
+            return [f"step {step} · {record.name}: {record.answer}"]
+        case ToolFinished():
+            text = " ".join(part.text if part.text is not None else f"[{part.kind}]" for part in record.result)
+            state = "ok" if record.ok else "error"
+            return [f"step {step} · {record.name} {state} ({record.duration_ms} ms)", f"  returned: {_short(text)}"]
+        case Limit():
+            return [f"step {step} · limit {record.limit}: last turn without tools"]
+        case Finished():
+            return [f"done · {record.result.stop_reason}{_spent(record)}", f"answer: {_short(record.result.answer)}"]
+        case Failed():
+            return [f"failed{_spent(record)} · {record.error}"]
+    return []
+
+
+def _spent(end: Finished | Failed) -> str:
+    """What the run spent, as ` · 2 model calls, 1 tool call, 300 tokens`; empty for a failed run whose trace (of an
+    older version) lacks what it had done."""
+    if end.result is None:
+        return ""
+    usage = end.result.usage
+    calls = f"{plural(usage.model_calls, 'model call')}, {plural(usage.tool_calls, 'tool call')}"
+    return f" · {calls}, {usage.input_tokens + usage.output_tokens} tokens"
+
+
+def _response_lines(record: Responded) -> list[str]:
+    tokens = f"{record.input_tokens} in / {record.output_tokens} out tokens"
+    lines = [f"step {record.step} · model ({record.duration_ms} ms, {tokens})"]
+    response = record.response
+    thoughts = response.thinking if response is not None else []
+    asked = response.tool_calls if response is not None else []
+    lines += [f"  thought: {_short(thought.text)}" for thought in thoughts if thought.text]
+    for call, name in zip(asked, record.tool_calls, strict=False):
+        lines.append(f"  asked for: {name} {_short(_json(call.arguments))}")
+    if record.text:
+        lines.append(f"  said: {_short(record.text)}")
+    return lines
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (ValueError, RecursionError):  # nested about as deep as the parser allows, which the encoder may not
+        return "[nested too deeply to show]"
+
+
+def _short(text: str) -> str:
+    return one_line(str(text), SHOWN)

@@ -20,7 +20,7 @@ from meta_agent.errors import ConfigError
 MAX_PORT = 65535
 LISTEN_BACKLOG = 2048  # uvicorn's default: connections queue here while the server is still starting up
 
-log = structlog.get_logger("meta_agent.cli")
+log = structlog.get_logger(__name__)
 
 
 async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
@@ -35,7 +35,8 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
 async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve streamable HTTP at /mcp on `--host` and `--port`; a port that cannot be listened on is exit 2."""
     from meta_agent.front.http import StartupFailed, serve_http
-    from meta_agent.front.server import build_server, http_app
+    from meta_agent.front.http_app import http_app
+    from meta_agent.front.server import build_server
 
     try:
         app = http_app(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from meta_agent.core import events as ev
 from meta_agent.core.event_lines import describe
+from meta_agent.core.result import RunResult
 from meta_agent.text import plural
 
 if TYPE_CHECKING:  # types only: the main module imports this one, and must not load the MCP SDK for `--help`
@@ -93,7 +94,7 @@ class LiveView:
         self._tty = out.isatty()
         self._paint = paint_for(out)
         self._beating = False
-        self.result: ev.RunResult | None = None
+        self.result: RunResult | None = None
 
     async def __call__(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunFinished | ev.RunFailed) and event.result is not None:

@@ -23,7 +23,7 @@ def describe(event: ev.Event) -> str | None:
         case ev.Thinking(step=step, text=text):
             return f"step {step} · thinking: {one_line(text, TEXT_SHOWN)}"
         case ev.ToolCallStarted(step=step, name=name, arguments=arguments):
-            return f"step {step} · call {name} {_arguments(arguments)}"
+            return f"step {step} · call {name} {arguments_line(arguments, ARGUMENTS_SHOWN)}"
         case ev.ToolCallFinished(step=step, name=name, ok=True, duration_ms=ms):
             return f"step {step} · {name} ok ({ms} ms)"
         case ev.ToolCallFinished(step=step, name=name, duration_ms=ms, error=error):
@@ -36,7 +36,7 @@ def describe(event: ev.Event) -> str | None:
         case ev.Heartbeat(step=step, waiting_for=what, elapsed_s=elapsed):
             return f"step {step} · still waiting for {what} ({elapsed:.0f} s)"
         case ev.ApprovalRequested(step=step, name=name, arguments=arguments):
-            return f"step {step} · asking the user to allow {name} {_arguments(arguments)}"
+            return f"step {step} · asking the user to allow {name} {arguments_line(arguments, ARGUMENTS_SHOWN)}"
         case ev.ApprovalAnswered(step=step, name=name, allowed=allowed, answer=answer):
             return f"step {step} · {name} {'allowed' if allowed else 'not allowed'}: {answer}"
         case ev.LimitReached(step=step, limit=limit):
@@ -54,5 +54,7 @@ def describe(event: ev.Event) -> str | None:
     return None
 
 
-def _arguments(arguments: Mapping[str, Any]) -> str:
-    return one_line(json.dumps(dict(arguments), ensure_ascii=False, default=str), ARGUMENTS_SHOWN)
+def arguments_line(arguments: Mapping[str, Any], limit: int) -> str:
+    """A tool call's arguments as one line of JSON, cut with an ellipsis past `limit` characters: what a progress
+    message and an approval question show of them."""
+    return one_line(json.dumps(dict(arguments), ensure_ascii=False, default=str), limit)

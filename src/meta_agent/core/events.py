@@ -7,59 +7,11 @@ Event `kind`s are public names: they do not change.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from meta_agent.core.messages import ImagePart, Message, ModelRequest, ModelResponse, Part
-from meta_agent.core.result import RunOut
-
-Mode = Literal["ask", "plan", "agent"]
-StopReason = Literal["final", "max_steps", "token_budget", "deadline", "cancelled", "error"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolCallRecord:
-    name: str  # the MCP-facing name (server.tool)
-    arguments: Mapping[str, Any]
-    ok: bool
-    duration_ms: int
-    error: str | None = None
-    error_kind: str | None = None  # tool, timeout, approval or limit
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepRecord:
-    index: int
-    tool_calls: tuple[ToolCallRecord, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunUsage:
-    model_calls: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    duration_ms: int = 0
-    tool_ms: Mapping[str, int] = field(default_factory=dict)  # time spent in each tool, summed over its calls
-    errors: Mapping[str, int] = field(default_factory=dict)  # by category: model, tool, timeout, approval, limit
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunResult:
-    answer: str
-    stop_reason: StopReason
-    run_id: str
-    steps: tuple[StepRecord, ...] = ()
-    usage: RunUsage = field(default_factory=RunUsage)
-    images: tuple[ImagePart, ...] = ()  # images internal tools made during the run, for the host
-    conversation_id: str | None = None
-    conversation_trimmed: int = 0  # oldest turns of the conversation dropped to keep it within bounds
-    conversation_error: str | None = None  # why this turn is in no conversation (it could not be saved)
-    transcript: tuple[Message, ...] = field(default=(), repr=False)  # the whole conversation so far
-
-    def to_json(self) -> dict[str, Any]:
-        """The structured result of design.md §2.4, as its one definition (meta_agent.core.result) dumps it."""
-        return RunOut.model_validate(self).model_dump()
+from meta_agent.core.messages import ModelRequest, ModelResponse, Part
+from meta_agent.core.result import Mode, RunResult, StopReason
 
 
 @dataclass(frozen=True, kw_only=True)

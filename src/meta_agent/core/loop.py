@@ -8,7 +8,6 @@ server, approval, shaping results) is `tool_step`'s; the heartbeats of slow wait
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import assert_never
@@ -18,9 +17,9 @@ from ulid import ULID
 
 from meta_agent.core import events as ev
 from meta_agent.core import tool_call
-from meta_agent.core.events import Emit, Mode, RunResult, RunUsage, StepRecord, StopReason
+from meta_agent.core.events import Emit
 from meta_agent.core.heartbeat import HEARTBEAT_INTERVAL, Pulse
-from meta_agent.core.limits import Limits
+from meta_agent.core.limits import Limits, clock, ms_since
 from meta_agent.core.messages import (
     AssistantMessage,
     Message,
@@ -33,8 +32,9 @@ from meta_agent.core.messages import (
     UserMessage,
 )
 from meta_agent.core.provider import Provider
+from meta_agent.core.result import ErrorKind, Mode, RunResult, RunUsage, StepRecord, StopReason
 from meta_agent.core.tool_call import Approver, bounded
-from meta_agent.core.tool_step import ToolRunner, ToolStepRunner, ms_since
+from meta_agent.core.tool_step import ToolRunner, ToolStepRunner
 from meta_agent.core.tools import ToolSpec
 from meta_agent.errors import LimitExceeded, MetaAgentError, summary
 
@@ -152,7 +152,8 @@ class _Run:
         self.model_calls = 0
         self.steps: list[StepRecord] = []
         self.limits_hit = 0
-        self.started = anyio.current_time()
+        self.started = anyio.current_time()  # on the event loop's clock, as the deadline is
+        self.clock_started = clock()
 
     async def go(self) -> RunResult:
         request = self.request
@@ -240,7 +241,7 @@ class _Run:
             tools=self.schemas,
             tool_choice="none" if final else "auto",
         )
-        started = time.perf_counter()
+        started = clock()
         # The last turn is not cut by the deadline: it is what makes a run end with an answer.
         deadline = float("inf") if final else self._deadline()
         await self.emit(ev.ModelRequested(step=step, request=model_request))
@@ -295,7 +296,7 @@ class _Run:
         tool_ms: dict[str, int] = {}
         for call in calls:
             tool_ms[call.name] = tool_ms.get(call.name, 0) + call.duration_ms
-        errors = dict(Counter(call.error_kind for call in calls if call.error_kind))
+        errors: dict[ErrorKind, int] = dict(Counter(call.error_kind for call in calls if call.error_kind))
         if self.limits_hit:
             errors["limit"] = errors.get("limit", 0) + self.limits_hit
         return RunUsage(
@@ -303,7 +304,7 @@ class _Run:
             tool_calls=len(calls),
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
-            duration_ms=round((anyio.current_time() - self.started) * 1000),
+            duration_ms=ms_since(self.clock_started),
             tool_ms=tool_ms,
             errors=errors,
         )

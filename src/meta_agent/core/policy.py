@@ -11,7 +11,7 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Literal
 
-from meta_agent.core.events import Mode
+from meta_agent.core.result import Mode
 
 TrustLevel = Literal["never", "ask", "always"]
 Decision = Literal["run", "ask", "deny"]

@@ -1,15 +1,77 @@
-"""The structured result of `ask`, `plan` and `agent` (design.md §2.4), defined once.
+"""A run's result, defined once: what the loop returns (`RunResult` and its records) and the structured result of
+`ask`, `plan` and `agent` (design.md §2.4) that hosts get.
 
-The MCP front advertises these models to hosts as the tools' output schema, and every result is dumped through them
-(`RunResult.to_json`: the tools' structured content, `meta-agent run --json`), so the schema and the JSON cannot
-drift. Fields that are optional are left out of the JSON when empty, as `exclude_if` says on each.
+The MCP front advertises the pydantic models below to hosts as the tools' output schema, and every result is dumped
+through them (`RunResult.to_json`: the tools' structured content, `meta-agent run --json`), so the schema and the JSON
+cannot drift. Fields that are optional are left out of the JSON when empty, as `exclude_if` says on each.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from meta_agent.core.messages import ImagePart, Message
+
+Mode = Literal["ask", "plan", "agent"]
+StopReason = Literal["final", "max_steps", "token_budget", "deadline", "cancelled", "error"]
+# What a run's error counts count: a tool call that failed ("tool": the tool said so, or failed to run), took too
+# long ("timeout"), was not allowed ("approval"), or was refused or cut by a limit ("limit"); and each limit reached.
+ErrorKind = Literal["tool", "timeout", "approval", "limit"]
+
+
+# -- what the loop returns ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallRecord:
+    name: str  # the MCP-facing name (server.tool)
+    arguments: Mapping[str, Any]
+    ok: bool
+    duration_ms: int
+    error: str | None = None
+    error_kind: ErrorKind | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    index: int
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunUsage:
+    model_calls: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    duration_ms: int = 0
+    tool_ms: Mapping[str, int] = field(default_factory=dict)  # time spent in each tool, summed over its calls
+    errors: Mapping[ErrorKind, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    answer: str
+    stop_reason: StopReason
+    run_id: str
+    steps: tuple[StepRecord, ...] = ()
+    usage: RunUsage = field(default_factory=RunUsage)
+    images: tuple[ImagePart, ...] = ()  # images internal tools made during the run, for the host
+    conversation_id: str | None = None
+    conversation_trimmed: int = 0  # oldest turns of the conversation dropped to keep it within bounds
+    conversation_error: str | None = None  # why this turn is in no conversation (it could not be saved)
+    transcript: tuple[Message, ...] = field(default=(), repr=False)  # the whole conversation so far
+
+    def to_json(self) -> dict[str, Any]:
+        """The structured result of design.md §2.4, as `RunOut` below dumps it."""
+        return RunOut.model_validate(self).model_dump()
+
+
+# -- what hosts get: the structured result and its schema --------------------------------------------------------------
 
 
 def _empty(value: object) -> bool:
@@ -42,7 +104,9 @@ class UsageOut(BaseModel):
     output_tokens: int
     duration_ms: int = 0
     tool_ms: dict[str, int] = Field(default_factory=dict, description="time spent in each tool")
-    errors: dict[str, int] = Field(default_factory=dict, description="by category: tool, timeout, approval, limit")
+    errors: dict[ErrorKind, int] = Field(
+        default_factory=dict, description="failed tool calls and limits reached, by cause"
+    )
 
 
 class RunOut(BaseModel):
@@ -51,7 +115,7 @@ class RunOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)  # read from the loop's RunResult
 
     answer: str
-    stop_reason: str = Field(description="final, max_steps, token_budget, deadline, cancelled or error")
+    stop_reason: StopReason = Field(description="final, or what ended the run first: a limit, cancellation, an error")
     run_id: str
     conversation_id: str | None = Field(default=None, description="pass it back to `agent` to continue")
     conversation_trimmed: int = Field(

@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from meta_agent.core.events import Mode
 from meta_agent.core.messages import TOO_DEEP, ImagePart, ModelResponse, Part, TextPart, too_deep
 from meta_agent.core.policy import decide
+from meta_agent.core.result import ErrorKind, Mode
 from meta_agent.core.tools import ToolOutcome, ToolSpec
 from meta_agent.errors import summary
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
-log = structlog.get_logger("meta_agent.tool_call")
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -134,5 +134,5 @@ def for_model(outcome: ToolOutcome, *, accepts_images: bool, max_chars: int) -> 
     return ToolOutcome(parts=tuple(parts), is_error=outcome.is_error, error_kind=outcome.error_kind)
 
 
-def error(text: str, kind: str = "tool") -> ToolOutcome:
+def error(text: str, kind: ErrorKind = "tool") -> ToolOutcome:
     return ToolOutcome(parts=(TextPart(text=text),), is_error=True, error_kind=kind)

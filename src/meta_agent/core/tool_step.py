@@ -7,7 +7,6 @@ A failure of any kind, ours included, becomes an error result for the model, and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -16,14 +15,16 @@ import structlog
 
 from meta_agent.core import events as ev
 from meta_agent.core import tool_call
-from meta_agent.core.events import Emit, Mode, StepRecord, ToolCallRecord
+from meta_agent.core.events import Emit
 from meta_agent.core.heartbeat import Pulse
+from meta_agent.core.limits import clock, ms_since
 from meta_agent.core.messages import ImagePart, TextPart, ToolCall, ToolResult
+from meta_agent.core.result import ErrorKind, Mode, StepRecord, ToolCallRecord
 from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tools import ProgressFn, ToolOutcome, ToolSpec
 from meta_agent.errors import ChildTimeout, MetaAgentError
 
-log = structlog.get_logger("meta_agent.tool_step")
+log = structlog.get_logger(__name__)
 
 
 class ToolRunner(Protocol):
@@ -124,7 +125,7 @@ class ToolStepRunner:
         pairs = [done.get(index) or self.refused(call, late, "limit") for index, call in enumerate(calls)]
         return [result for result, _ in pairs], StepRecord(index=step, tool_calls=tuple(rec for _, rec in pairs))
 
-    def refused(self, call: ToolCall, why: str, kind: str) -> tuple[ToolResult, ToolCallRecord]:
+    def refused(self, call: ToolCall, why: str, kind: ErrorKind) -> tuple[ToolResult, ToolCallRecord]:
         """The error result and record of a call that was not run."""
         result = ToolResult(call_id=call.id, name=call.name, parts=(TextPart(text=why),), is_error=True)
         record = ToolCallRecord(
@@ -156,7 +157,7 @@ class ToolStepRunner:
         """The call's whole outcome, and the milliseconds it took once its slot came."""
         name = self.name_of(call.name)
         async with slot:  # a call that may change things waits for the ones the model asked for before it
-            started = time.perf_counter()
+            started = clock()
             try:
                 await self.emit(ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments))
                 full = await self._outcome(step, call)
@@ -232,8 +233,3 @@ class ToolStepRunner:
             )
         )
         return verdict
-
-
-def ms_since(started: float) -> int:
-    """Milliseconds since `started`, a `time.perf_counter()` reading."""
-    return round((time.perf_counter() - started) * 1000)

@@ -1,5 +1,5 @@
 """The neutral tool types: what the loop knows of a tool, of its result and of a call's progress. No MCP or vendor
-types here (design.md §1): the MCP edges (toolbox.py, children.py) translate to and from them.
+types here (design.md §1): the MCP edges (toolbox.py, children/) translate to and from them.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from meta_agent.core.messages import Part
 from meta_agent.core.policy import TrustLevel
+from meta_agent.core.result import ErrorKind
 
 
 class ProgressFn(Protocol):
@@ -66,8 +67,7 @@ class ToolOutcome:
 
     parts: tuple[Part, ...]
     is_error: bool = False
-    # why it failed, for the run's error counts: "tool", "timeout", "approval" or "limit" (None: the tool said so)
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None  # why it failed, for the run's error counts (None: the tool said so)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import warnings
 import weakref
 from collections import deque
@@ -29,12 +28,13 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from ulid import ULID
 
 from meta_agent.core import events as ev
+from meta_agent.core.event_lines import arguments_line
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
 
-log = structlog.get_logger("meta_agent.approvals")
+log = structlog.get_logger(__name__)
 
 # The SDK seals request states for 600 s; a run parked longer could not be resumed anyway.
 PARK_TIMEOUT = 600.0
@@ -59,9 +59,7 @@ BACKLOG = 200
 
 
 def question(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
-    shown = json.dumps(dict(arguments), ensure_ascii=False, default=str)
-    if len(shown) > ARGUMENTS_SHOWN:
-        shown = shown[: ARGUMENTS_SHOWN - 1] + "…"
+    shown = arguments_line(arguments, ARGUMENTS_SHOWN)
     return f"meta-agent wants to run {spec.name} ({spec.hints.describe()}) with {shown}. Allow it?"
 
 

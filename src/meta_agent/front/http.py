@@ -1,4 +1,4 @@
-"""Serving our MCP front over streamable HTTP with uvicorn, stopped by cancellation.
+"""Serving an ASGI app (our MCP front: front.http_app) with uvicorn, stopped by cancellation.
 
 uvicorn's own signal handling does not fit a server that must stop its children before it exits: after a graceful
 stop it raises the signal again (a KeyboardInterrupt traceback, death by signal instead of exit code 128 + N), and a

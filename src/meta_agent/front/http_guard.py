@@ -19,7 +19,7 @@ import structlog
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-log = structlog.get_logger("meta_agent.http")
+log = structlog.get_logger(__name__)
 
 # A DNS name or IPv4 address (lowercase labels, no empty one, no trailing dot) or a bracketed IPv6 address, then
 # an optional port written as browsers write it (no leading zero).

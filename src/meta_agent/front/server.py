@@ -1,4 +1,5 @@
-"""The MCP front: `ask`, `plan`, `agent` and `image_gen`, with progress, over stdio and streamable HTTP.
+"""The MCP server: `ask`, `plan`, `agent` and `image_gen`, with progress, and the toolbox resource; served on stdio
+by front.stdio and over streamable HTTP as front.http_app's ASGI app.
 
 The server's lifespan owns an `Engine` (the children's supervisors), and the server says which (`engine`) to the
 HTTP health route. Each tool call runs the one loop with a progress reporter as its event sink; the reporter is closed
@@ -7,8 +8,8 @@ before the result is returned, so no notification can follow it.
 
 from __future__ import annotations
 
-import hmac
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,21 +23,15 @@ import structlog
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
-from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field, ValidationError
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
 from meta_agent.core import events as ev
-from meta_agent.core.events import Mode, RunResult
 from meta_agent.core.provider import Provider
+from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver
 from meta_agent.engine import Engine, internal_tools
-from meta_agent.errors import ConfigError, MetaAgentError, summary
+from meta_agent.errors import MetaAgentError, summary
 from meta_agent.front.approvals import (
     ForwardedQuestions,
     LiveApprover,
@@ -45,14 +40,13 @@ from meta_agent.front.approvals import (
     can_elicit,
     is_modern,
 )
-from meta_agent.front.caller import argument_error, unknown_argument, unless_caller_leaves
-from meta_agent.front.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
+from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
 from meta_agent.providers.sampling import SamplingProvider
 from meta_agent.version import __version__
 
-log = structlog.get_logger("meta_agent.server")
+log = structlog.get_logger(__name__)
 TOOLBOX_URI = "meta-agent://toolbox"
 INSTRUCTIONS = (
     "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
@@ -80,7 +74,7 @@ class MetaAgentServer(MCPServer[Front]):
 
     `engine` is the running engine, None before the lifespan starts and after it ends (the HTTP health route reads
     it). Argument errors are one line naming the argument (unknown arguments included), and each call is cancelled
-    when its HTTP caller goes away, on either era (meta_agent.front.caller).
+    when its HTTP caller goes away, on either era (meta_agent.front.call_guard).
     """
 
     def __init__(self, open_engine: Callable[[], Engine]) -> None:
@@ -120,15 +114,16 @@ class MetaAgentServer(MCPServer[Front]):
 def build_server(
     settings: Settings,
     servers: Mapping[str, ServerEntry],
-    environ: Mapping[str, str],
+    environ: Mapping[str, str] = os.environ,
     *,
     trust_file: Path | None = None,
     provider: Provider | None = None,
     start_timeout: float = DEFAULT_START_TIMEOUT,
 ) -> MetaAgentServer:
     """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them).
-    A child that has not answered within `start_timeout` seconds has failed to start (and is retried). A `trust_file`
-    that cannot be read fails closed: its levels do not apply, and the toolbox resource says why.
+    `environ` (the process's own unless given) holds the providers' API keys and endpoints. A child that has not
+    answered within `start_timeout` seconds has failed to start (and is retried). A `trust_file` that cannot be read
+    fails closed: its levels do not apply, and the toolbox resource says why.
 
     Raises:
         ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool (when the lifespan starts).
@@ -287,75 +282,3 @@ def _sampling(ctx: Context) -> Provider | None:
     if not getattr(ctx.session, "can_send_request", False):
         return None
     return SamplingProvider(ctx.session, related_request_id=ctx.request_context.request_id)
-
-
-# -- HTTP ----------------------------------------------------------------------------------------------------------
-
-
-def http_app(
-    server: MetaAgentServer, *, host: str, token: str | None = None, allowed_hosts: tuple[str, ...] = ()
-) -> Starlette:
-    """Streamable HTTP at /mcp with DNS-rebinding protection and an optional bearer token, and /health: whether the
-    server is up for any Host (a probe names the server by its own address); the version and the children only for
-    a Host and Origin the guard answers and, with a token set, a caller that gives it.
-
-    Raises:
-        ConfigError: `host` or an allowed host is not a host[:port].
-    """
-    allowed: set[Authority] = set()
-    for option, value in [("--host", host), *(("--allowed-host", h) for h in allowed_hosts)]:
-        try:
-            allowed.add(allowed_authority(value))
-        except ValueError as exc:
-            raise ConfigError(f"{option}: {exc}") from None
-    allowed.update(Authority(name) for name in LOOPBACK)
-    # The SDK's own Host/Origin check matches "host:*" by prefix; HostGuard checks exactly instead.
-    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    mcp_app: ASGIApp = server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
-    if token:
-        mcp_app = _BearerToken(mcp_app, token)
-    guard = HostGuard(mcp_app, frozenset(allowed))
-
-    async def health(request: Request) -> JSONResponse:
-        engine = server.engine
-        if engine is None:
-            return JSONResponse({"status": "starting"}, status_code=503)
-        given = dict(request.scope["headers"]).get(b"authorization", b"")
-        if not guard.answers(request.scope) or (token and not _bearer_matches(given, token)):
-            return JSONResponse({"status": "ok"})  # up or not is all a load balancer needs; the rest is for callers
-        children = {child.name: child.status.state for child in engine.pool}
-        return JSONResponse({"status": "ok", "version": __version__, "children": children})
-
-    @asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        async with server.session_manager.run():  # enters the server's own lifespan: the children start here
-            yield
-
-    return Starlette(routes=[Route("/health", health), Mount("/", app=guard)], lifespan=lifespan)
-
-
-class _BearerToken:
-    """Requests without `Authorization: Bearer <token>` get 401."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self._app = app
-        self._expected = token
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        given = dict(scope["headers"]).get(b"authorization", b"") if scope["type"] == "http" else None
-        if given is not None and not _bearer_matches(given, self._expected):
-            response = JSONResponse(
-                {"error": "missing or wrong bearer token (META_AGENT_HTTP_TOKEN)"},
-                status_code=401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-            await response(scope, receive, send)
-            return
-        await self._app(scope, receive, send)
-
-
-def _bearer_matches(authorization: bytes, token: str) -> bool:
-    """Whether an Authorization header is `Bearer <token>`: the scheme in any case (RFC 6750), the token compared
-    in constant time."""
-    scheme, _, given = authorization.partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token.encode())

@@ -30,7 +30,7 @@ from meta_agent.children.stdio import CHUNK, lines_of
 if sys.platform != "win32":
     import fcntl
 
-log = structlog.get_logger("meta_agent.stdio")
+log = structlog.get_logger(__name__)
 
 
 async def serve_stdio(server: MCPServer) -> None:

@@ -9,9 +9,8 @@ from typing import Annotated
 
 import mcp.types as t
 
-from meta_agent.core.events import RunResult
 from meta_agent.core.messages import ImagePart, Part
-from meta_agent.core.result import RunOut
+from meta_agent.core.result import RunOut, RunResult
 
 NOT_REMEMBERED = "Not saved in a conversation (conversation_id is null): "  # leads conversation_error in the text
 

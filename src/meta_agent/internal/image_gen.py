@@ -18,7 +18,7 @@ from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.tools import InternalTool, ToolHints, ToolOutcome
 from meta_agent.errors import ImageGenError
 from meta_agent.providers import provider_error
-from meta_agent.text import plural
+from meta_agent.text import one_line, plural
 
 IMAGE_GEN = InternalTool(
     name="image_gen",
@@ -189,7 +189,7 @@ def _images(data: list[Any], image_model: str) -> list[Part]:
 
 
 def _summary(count: int, size: str | None, prompt: str) -> str:
-    shown = prompt if len(prompt) <= _PROMPT_SHOWN else f"{prompt[: _PROMPT_SHOWN - 1]}…"
+    shown = one_line(prompt, _PROMPT_SHOWN)
     images = plural(count, "image")
     at_size = f" ({size})" if size else ""
     return f'generated {images}{at_size} for "{shown}"'

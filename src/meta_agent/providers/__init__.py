@@ -27,6 +27,7 @@ from meta_agent.errors import (
     ProviderUnavailable,
 )
 from meta_agent.text import one_line
+from meta_agent.validation import JSON_KINDS, json_kind
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai/"
@@ -215,7 +216,7 @@ def answer_object(answer: object, required: str) -> dict[str, Any]:
     if isinstance(answer, str):
         raise malformed(f"expected a JSON object, got text: {one_line(answer, QUOTED)!r}")
     if not isinstance(answer, dict):
-        raise malformed(f"expected a JSON object, got {_kind(answer)}")
+        raise malformed(f"expected a JSON object, got {json_kind(answer)}")
     if required not in answer:
         error = _body_message(answer)
         if error is not None:
@@ -243,8 +244,8 @@ def checked(value: Any, kinds: type | tuple[type, ...], where: str, *, missing: 
     """
     if isinstance(value, kinds) and not isinstance(value, bool):
         return value
-    expected = " or ".join(_KINDS[kind] for kind in (kinds if isinstance(kinds, tuple) else (kinds,)))
-    raise malformed(f"{where} is {'missing' if missing else _kind(value)}; expected {expected}")
+    expected = " or ".join(JSON_KINDS[kind] for kind in (kinds if isinstance(kinds, tuple) else (kinds,)))
+    raise malformed(f"{where} is {'missing' if missing else json_kind(value)}; expected {expected}")
 
 
 def token_count(usage: Mapping[str, Any], key: str) -> int:
@@ -262,21 +263,6 @@ def token_count(usage: Mapping[str, Any], key: str) -> int:
 def malformed(problem: str) -> WrongShape:
     """What is wrong with an answer, said the one way."""
     return WrongShape(f"the provider's answer was malformed: {problem}")
-
-
-_KINDS: dict[type, str] = {
-    dict: "an object",
-    list: "a list",
-    str: "a string",
-    int: "a whole number",
-    float: "a number",
-    bool: "true or false",
-    type(None): "null",
-}
-
-
-def _kind(value: object) -> str:
-    return _KINDS.get(type(value), type(value).__name__)
 
 
 def _error_text(exc: Exception) -> str:

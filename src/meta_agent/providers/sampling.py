@@ -27,6 +27,7 @@ from meta_agent.core.messages import (
     UserMessage,
 )
 from meta_agent.errors import ProviderError
+from meta_agent.validation import refusal
 
 
 class SamplingProvider:
@@ -63,9 +64,7 @@ class SamplingProvider:
         except MCPError as exc:
             raise ProviderError(f"sampling: the host did not answer the model request: {exc.message}") from None
         except ValidationError as exc:  # the SDK checks the host's answer against the protocol's result type
-            problem = exc.errors()[0]
-            where = ".".join(str(part) for part in problem["loc"]) or "the result"
-            raise ProviderError(f"sampling: the host's answer was malformed: {where}: {problem['msg']}") from None
+            raise ProviderError(f"sampling: the host's answer was malformed: {refusal(exc)}") from None
         blocks = result.content if isinstance(result.content, list) else [result.content]
         text = "\n".join(b.text for b in blocks if isinstance(b, t.TextContent))
         calls = tuple(

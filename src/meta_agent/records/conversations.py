@@ -31,7 +31,7 @@ from meta_agent.core.messages import Message, jsonable
 from meta_agent.errors import ConfigError, ConversationLost
 from meta_agent.records.transcripts import answered, decode, trim
 
-log = structlog.get_logger("meta_agent.conversations")
+log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 # A turn's hold lasts this long past its last renewal: a process that dies holding a conversation frees it this soon.
@@ -60,7 +60,7 @@ ADDED_COLUMNS = (("holder", "text"), ("held_until", "real"))
 Waiting = Callable[[float], Awaitable[None]]  # told the seconds a turn has waited for its conversation so far
 
 
-async def _told(work: Awaitable[T], waiting: Waiting | None, every: float) -> T:
+async def _awaited_with_notices(work: Awaitable[T], waiting: Waiting | None, every: float) -> T:
     """`await work`, telling `waiting` every `every` seconds how long it has taken so far."""
     if waiting is None:
         return await work
@@ -140,7 +140,7 @@ class Conversations:
             yield Turn(conversation_id=str(ULID()), history=(), holder=None)
             return
         async with self._local_turn(conversation_id, waiting):
-            turn = await _told(self._claim(conversation_id), waiting, self.wait_notice)
+            turn = await _awaited_with_notices(self._claim(conversation_id), waiting, self.wait_notice)
             failure: Exception | None = None
             try:
                 async with anyio.create_task_group() as renewals:
@@ -191,7 +191,7 @@ class Conversations:
         if users:
             log.info("conversation_waiting", conversation_id=conversation_id, why="another turn of it is running")
         try:
-            await _told(lock.acquire(), waiting, self.wait_notice)
+            await _awaited_with_notices(lock.acquire(), waiting, self.wait_notice)
             try:
                 yield
             finally:

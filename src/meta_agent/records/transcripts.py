@@ -21,6 +21,7 @@ from meta_agent.core.messages import (
     jsonable,
 )
 from meta_agent.errors import ConfigError
+from meta_agent.validation import refusal
 
 # About 100k tokens of text: what fits the context of every current model with room for the answer.
 MAX_CHARS = 400_000
@@ -56,10 +57,7 @@ def decode(conversation_id: str, stored: str) -> tuple[Message, ...]:
     try:
         return answered(_transcript().validate_python(json.loads(stored)))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the record"
-        more = exc.error_count() - 1
-        problem = f"{where}: {first['msg']}{f', and {more} more' if more else ''}"
+        problem = refusal(exc)
     except (TypeError, ValueError, RecursionError) as exc:  # not JSON text, or nested deeper than the decoder goes
         problem = f"not JSON: {str(exc) or type(exc).__name__}"
     raise ConfigError(

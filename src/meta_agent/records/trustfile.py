@@ -23,8 +23,9 @@ from pydantic import TypeAdapter, ValidationError
 from meta_agent.core.policy import TrustLevel
 from meta_agent.errors import ConfigError
 from meta_agent.text import first_line
+from meta_agent.validation import refusal
 
-LEVELS: tuple[str, ...] = get_args(TrustLevel)
+TRUST_LEVELS: tuple[str, ...] = get_args(TrustLevel)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,14 +78,11 @@ def load(path: Path) -> dict[str, Recorded]:
 
 
 def _problem(exc: ValidationError) -> str:
-    """The first thing wrong, in one line: the file's shape, or the entry (its name quoted) and field at fault."""
-    first = exc.errors()[0]
-    if len(first["loc"]) < 2:  # the file, or its "tools", is not an object
+    """The first thing wrong, in one line: the file's shape, or the entry (its name quoted where it is not a plain
+    name) and field at fault."""
+    if len(exc.errors()[0]["loc"]) < 2:  # the file, or its "tools", is not an object
         return SHAPE
-    _tools, name, *fields = first["loc"]
-    more = exc.error_count() - 1
-    where = f"tools[{str(name)!r}]" + "".join(f".{field}" for field in fields)
-    return f"{where}: {first['msg']}{f', and {more} more' if more else ''}"
+    return refusal(exc)
 
 
 def save(path: Path, recorded: Mapping[str, Recorded]) -> None:

@@ -21,7 +21,7 @@ from ulid import ULID
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.core.events import LimitReached, RunFailed, RunStarted, ToolCallStarted
 from meta_agent.engine import Engine
-from meta_agent.records.tracing import REDACTED, Redactor, TraceWriter, default_trace_dir, prune_traces
+from meta_agent.records.traces import REDACTED, Redactor, TraceWriter, default_trace_dir, prune_traces
 
 pytestmark = pytest.mark.anyio
 PLANTED = {

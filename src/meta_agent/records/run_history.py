@@ -1,16 +1,15 @@
-"""Reading run traces back: the list of recent runs and a readable account of one (`meta-agent runs [show ID]`).
+"""A run's history read back from its trace: the records it holds, its status, and the list of recent runs.
 
-A trace is read for what is whole in it: a line that is not a JSON object, or a record without the fields its kind
-needs, is skipped and counted, and so is a file of the trace directory that is not a readable trace. A run whose
-trace has no last record is `running` while a live process still writes it (see `tracing.trace_is_live`), else
-`interrupted`.
+What `meta-agent runs [show ID]` reads (cli/runs.py tells it). A trace is read for what is whole in it: a line that is
+not a JSON object, or a record without the fields its kind needs, is skipped and counted, and so is a file of the
+trace directory that is not a readable trace. A run whose trace has no last record is `running` while a live process
+still writes it (see `traces.trace_is_live`), else `interrupted`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,105 +17,91 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from meta_agent.core.result import RunOut
 from meta_agent.errors import ConfigError
-from meta_agent.records.tracing import read_trace
-from meta_agent.text import one_line, plural
+from meta_agent.records.traces import read_trace
+from meta_agent.text import plural
 
-SHOWN = 300  # characters of a tool result or an answer shown in an account
 RUN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
 Status = Literal["running", "interrupted", "done"]
 
 
-# -- the records an account tells; other kinds are kept only as whole records --------------------------------------
+# -- the records a run's account tells; other kinds are kept only as whole records -----------------------------------
 
 
-class _Record(BaseModel):
+class Record(BaseModel):
     kind: str
     ts: str
     step: int | None = None
 
 
-class _Started(_Record):
+class Started(Record):
     run_id: str
     mode: str
     model: str
     task: str
 
 
-class _Thought(BaseModel):
+class Thought(BaseModel):
     text: str = ""
 
 
-class _Asked(BaseModel):
+class Asked(BaseModel):
     arguments: Any = None
 
 
-class _Response(BaseModel):
-    thinking: list[_Thought] = []
-    tool_calls: list[_Asked] = []
+class Response(BaseModel):
+    thinking: list[Thought] = []
+    tool_calls: list[Asked] = []
 
 
-class _Responded(_Record):
+class Responded(Record):
     duration_ms: int
     input_tokens: int
     output_tokens: int
     text: str = ""
     tool_calls: list[str] = []
-    response: _Response | None = None
+    response: Response | None = None
 
 
-class _Answered(_Record):
+class Answered(Record):
     name: str
     answer: str
 
 
-class _Part(BaseModel):
+class Part(BaseModel):
     kind: str = "?"
     text: str | None = None
 
 
-class _ToolFinished(_Record):
+class ToolFinished(Record):
     name: str
     ok: bool
     duration_ms: int
-    result: list[_Part] = []
+    result: list[Part] = []
 
 
-class _Limit(_Record):
+class Limit(Record):
     limit: str
 
 
-class _Usage(BaseModel):
-    model_calls: int
-    tool_calls: int
-    input_tokens: int
-    output_tokens: int
+class Finished(Record):
+    result: RunOut  # the structured result, read back through its one definition
 
 
-class _Result(BaseModel):
-    answer: str
-    stop_reason: str
-    steps: list[Any] = []
-    usage: _Usage
-
-
-class _Finished(_Record):
-    result: _Result
-
-
-class _Failed(_Record):
+class Failed(Record):
     error: str
-    result: _Result | None = None  # what the run had done; traces of older versions lack it
+    result: RunOut | None = None  # what the run had done; traces of older versions lack it
 
 
-_KINDS: dict[str, type[_Record]] = {
-    "run_started": _Started,
-    "model_responded": _Responded,
-    "approval_answered": _Answered,
-    "tool_call_finished": _ToolFinished,
-    "limit_reached": _Limit,
-    "run_finished": _Finished,
-    "run_failed": _Failed,
+_KINDS: dict[str, type[Record]] = {
+    "run_started": Started,
+    "model_responded": Responded,
+    "approval_answered": Answered,
+    "tool_call_finished": ToolFinished,
+    "limit_reached": Limit,
+    "run_finished": Finished,
+    "run_failed": Failed,
 }
 
 
@@ -124,17 +109,17 @@ _KINDS: dict[str, type[_Record]] = {
 class Trace:
     """What could be read of one run's trace."""
 
-    records: tuple[_Record, ...]
+    records: tuple[Record, ...]
     skipped: int  # lines that were not a readable record
     live: bool  # a live process was still writing it when it was read
 
     @property
-    def started(self) -> _Started | None:
-        return next((r for r in self.records if isinstance(r, _Started)), None)
+    def started(self) -> Started | None:
+        return next((r for r in self.records if isinstance(r, Started)), None)
 
     @property
-    def end(self) -> _Finished | _Failed | None:
-        return next((r for r in reversed(self.records) if isinstance(r, _Finished | _Failed)), None)
+    def end(self) -> Finished | Failed | None:
+        return next((r for r in reversed(self.records) if isinstance(r, Finished | Failed)), None)
 
     @property
     def status(self) -> Status:
@@ -178,7 +163,7 @@ def _read(path: Path) -> Trace:
     return Trace(records=tuple(records), skipped=skipped, live=live)
 
 
-def _record(line: bytes) -> _Record | None:
+def _record(line: bytes) -> Record | None:
     """One line as a record, or None: not JSON (cut short by a crash), not an object, or missing what its kind needs."""
     try:
         raw = json.loads(line.decode("utf-8", errors="replace"))
@@ -188,7 +173,7 @@ def _record(line: bytes) -> _Record | None:
         return None
     kind = raw.get("kind")
     try:
-        return _KINDS.get(kind if isinstance(kind, str) else "", _Record).model_validate(raw)
+        return _KINDS.get(kind if isinstance(kind, str) else "", Record).model_validate(raw)
     except (ValidationError, RecursionError):
         return None
 
@@ -286,82 +271,3 @@ def _seconds(start: str, end: str) -> float | None:
         return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
     except (ValueError, TypeError):  # TypeError: one time with a zone and one without
         return None
-
-
-# -- one run told ----------------------------------------------------------------------------------------------------
-
-
-def account(trace: Trace) -> list[str]:
-    """A run step by step as a person reads it: what the model asked, what each tool returned, where time went."""
-    lines: list[str] = []
-    model_ms: list[int] = []
-    tool_ms: dict[str, list[int]] = defaultdict(list)
-    for record in trace.records:
-        if isinstance(record, _Responded):
-            model_ms.append(record.duration_ms)
-        elif isinstance(record, _ToolFinished):
-            tool_ms[record.name].append(record.duration_ms)
-        lines += _told(record)
-    if trace.end is None:
-        lines.append(
-            "running · a live process is still writing this trace"
-            if trace.live
-            else "interrupted · the process running it ended before the run did"
-        )
-    spent = [f"model {sum(model_ms)} ms ({plural(len(model_ms), 'call')})"]
-    by_time = sorted(tool_ms.items(), key=lambda item: -sum(item[1]))
-    spent += [f"{name} {sum(ms)} ms ({plural(len(ms), 'call')})" for name, ms in by_time]
-    lines.append("where time went: " + ", ".join(spent))
-    return lines
-
-
-def _told(record: _Record) -> list[str]:
-    step = record.step
-    match record:
-        case _Started():
-            return [f"run {record.run_id} · {record.mode} with {record.model} · {record.ts}", f"task: {record.task}"]
-        case _Responded():
-            return _told_response(record)
-        case _Answered():
-            return [f"step {step} · {record.name}: {record.answer}"]
-        case _ToolFinished():
-            text = " ".join(part.text if part.text is not None else f"[{part.kind}]" for part in record.result)
-            state = "ok" if record.ok else "error"
-            return [f"step {step} · {record.name} {state} ({record.duration_ms} ms)", f"  returned: {_short(text)}"]
-        case _Limit():
-            return [f"step {step} · limit {record.limit}: last turn without tools"]
-        case _Finished():
-            result = record.result
-            return [f"done · {result.stop_reason} · {_spent(result.usage)}", f"answer: {_short(result.answer)}"]
-        case _Failed():
-            spent = f" · {_spent(record.result.usage)}" if record.result else ""  # older traces lack the result
-            return [f"failed{spent} · {record.error}"]
-    return []
-
-
-def _spent(usage: _Usage) -> str:
-    calls = f"{plural(usage.model_calls, 'model call')}, {plural(usage.tool_calls, 'tool call')}"
-    return f"{calls}, {usage.input_tokens + usage.output_tokens} tokens"
-
-
-def _told_response(record: _Responded) -> list[str]:
-    tokens = f"{record.input_tokens} in / {record.output_tokens} out tokens"
-    lines = [f"step {record.step} · model ({record.duration_ms} ms, {tokens})"]
-    response = record.response or _Response()
-    lines += [f"  thought: {_short(thought.text)}" for thought in response.thinking if thought.text]
-    for call, name in zip(response.tool_calls, record.tool_calls, strict=False):
-        lines.append(f"  asked for: {name} {_short(_json(call.arguments))}")
-    if record.text:
-        lines.append(f"  said: {_short(record.text)}")
-    return lines
-
-
-def _json(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (ValueError, RecursionError):  # nested about as deep as the parser allows, which the encoder may not
-        return "[nested too deeply to show]"
-
-
-def _short(text: str) -> str:
-    return one_line(str(text), SHOWN)

@@ -1,22 +1,19 @@
-"""Logging and run traces.
+"""Run traces: every event of a run, with the model requests and responses and the tool results in full, as JSON lines
+in `<META_AGENT_TRACE_DIR>/<run_id>.jsonl`, with secrets redacted; read back, and pruned when old.
 
-Logging: structlog to stderr, readable in a terminal and JSON lines otherwise; never to stdout. Library loggers (the
-MCP SDK, httpx2) go through the same renderer. Below debug level an exception in a log line is one `error=...` field,
-not a traceback. Lines logged during a run carry its `run_id`.
+A `model_requested` record holds what is new since the run's previous request: the messages from index
+`messages_from` on, and the system prompt and tool schemas only when they changed. The records of a trace, read in
+order, give every request in full, and a step costs the same whatever the length of the transcript. One thread per
+process writes every trace, so a run's events cost it no disk I/O; while a run is being written its trace is locked,
+which tells readers that a live process owns it.
 
-Traces: every event of a run, with the model requests and responses and the tool results in full, as JSON lines in
-`<META_AGENT_TRACE_DIR>/<run_id>.jsonl`, with secrets redacted. A `model_requested` record holds what is new since
-the run's previous request: the messages from index `messages_from` on, and the system prompt and tool schemas only
-when they changed. The records of a trace, read in order, give every request in full, and a step costs the same
-whatever the length of the transcript. One thread per process writes every trace, so a run's events cost it no disk
-I/O; while a run is being written its trace is locked, which tells readers that a live process owns it.
+Redaction is the traces' own: they hold requests and results in full, and nothing else is redacted.
 """
 
 from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import queue
 import re
@@ -34,61 +31,9 @@ import structlog
 
 from meta_agent.core.events import ModelRequested
 from meta_agent.core.messages import ModelRequest, jsonable
-from meta_agent.errors import summary
 
 if sys.platform != "win32":  # Windows has no flock: see "which traces a live process still owns" below
     import fcntl
-
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
-
-
-def configure_logging(level: str = "info", *, stream: TextIO | None = None, json: bool | None = None) -> None:
-    """Send every log line to `stream` (stderr by default) at `level` and above; JSON unless it is a terminal."""
-    stream = stream or sys.stderr
-    if json is None:
-        json = not stream.isatty()
-    debug = level == "debug"
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    if not debug:
-        shared.append(_exception_as_one_line)
-    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            *([structlog.processors.format_exc_info] if debug and json else []),
-            renderer,
-        ],
-    )
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(LEVELS[level])
-    structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
-    )
-
-
-def _exception_as_one_line(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
-    exc_info = event.pop("exc_info", None)
-    if exc_info is True:
-        exc_info = sys.exc_info()
-    error = exc_info[1] if isinstance(exc_info, tuple) else exc_info
-    if isinstance(error, BaseException):
-        event["error"] = summary(error)
-    return event
-
-
-# -- run traces ----------------------------------------------------------------------------------------------------
 
 REDACTED = "[redacted]"
 # Environment variables whose values are secrets wherever they turn up.
@@ -258,7 +203,7 @@ class _TraceFile:
 
 def _warn(event: str, trace: _TraceFile, error: str) -> None:
     # A fresh logger each time: tests and the CLI reconfigure structlog, and a cached one would miss that.
-    structlog.get_logger("meta_agent.tracing").warning(event, run_id=trace.run_id, path=str(trace.path), error=error)
+    structlog.get_logger(__name__).warning(event, run_id=trace.run_id, path=str(trace.path), error=error)
 
 
 class _Writer:

@@ -1,5 +1,5 @@
-"""The caller's side of one tool call: its arguments, checked into one-line errors, and its connection, watched so
-that a call whose caller has gone away is cancelled (design.md §5).
+"""What guards a host's call of one of our tools: its arguments, checked into one-line errors, and the host's
+connection, watched so that a call whose caller has gone away is cancelled (design.md §5).
 
 On a 2025-11-25 HTTP session the SDK keeps running a call whose POST stream has closed (the spec lets a client
 resume such a stream; we keep no event store, so nothing can): the run, its children's calls and any approval wait
@@ -9,8 +9,6 @@ the SDK's own 2026-07-28 route does.
 
 from __future__ import annotations
 
-import difflib
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -20,9 +18,10 @@ from mcp.server.mcpserver import Context
 from pydantic import ValidationError
 from starlette.requests import Request
 
-log = structlog.get_logger("meta_agent.caller")
+from meta_agent.validation import did_you_mean, json_path, refusals
+
+log = structlog.get_logger(__name__)
 T = TypeVar("T")
-GOT_SHOWN = 40  # characters of a rejected value quoted back; it is the caller's own data, kept short
 
 
 async def unless_caller_leaves(context: Context | None, call: Callable[[], Awaitable[T]]) -> T | None:
@@ -62,36 +61,10 @@ def unknown_argument(tool: str, arguments: Mapping[str, Any], schema: Mapping[st
     unknown = next((name for name in arguments if name not in known), None)
     if unknown is None:
         return None
-    close = difflib.get_close_matches(unknown, known, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}?" if close else f"its arguments: {', '.join(known)}"
-    return f"{_shown(unknown)}: unknown argument of {tool} ({hint})"
+    return f"{json_path([unknown])}: unknown argument of {tool}{did_you_mean(unknown, known, 'its arguments')}"
 
 
 def argument_error(tool: str, exc: ValidationError) -> str:
     """The SDK's pydantic error about a call's arguments, as one line per problem (joined by "; "), each naming the
-    argument: `task: required argument of agent, missing`, `max_steps: input should be a valid integer, got "x"`."""
-    return "; ".join(_problem(tool, error) for error in exc.errors())
-
-
-def _problem(tool: str, error: Any) -> str:
-    path = _path(error["loc"])
-    if error["type"] == "missing":
-        return f"{path}: required argument of {tool}, missing"
-    message = " ".join(str(error["msg"]).split())
-    got = json.dumps(error["input"], default=str)
-    if len(got) > GOT_SHOWN:
-        got = got[: GOT_SHOWN - 3] + "..."
-    return f"{path}: {message[:1].lower()}{message[1:]}, got {got}"
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    """`tools[0]` for the first item of `tools`."""
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{_shown(part)}" if path else _shown(part))
-    return path
-
-
-def _shown(name: str) -> str:
-    """An argument's name as the caller sent it, quoted unless it is a plain name: one line, whatever it holds."""
-    return name if name.isidentifier() else repr(name)[:GOT_SHOWN]
+    argument: `task: required argument of agent is missing`, `tools: expected a list, got "x"`."""
+    return "; ".join(refusals(exc, noun=f"argument of {tool}"))

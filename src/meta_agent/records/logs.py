@@ -1,0 +1,64 @@
+"""Logging: structlog to stderr, readable in a terminal and JSON lines otherwise; never to stdout.
+
+Library loggers (the MCP SDK, httpx2) go through the same renderer. Below debug level an exception in a log line is
+one `error=...` field, not a traceback. Lines logged during a run carry its `run_id`; each line names the module
+that logged it (`logger`), as every module of the package logs under its own `__name__`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+from meta_agent.errors import summary
+
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure_logging(level: str = "info", *, stream: TextIO | None = None, json: bool | None = None) -> None:
+    """Send every log line to `stream` (stderr by default) at `level` and above; JSON unless it is a terminal."""
+    stream = stream or sys.stderr
+    if json is None:
+        json = not stream.isatty()
+    debug = level == "debug"
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if not debug:
+        shared.append(_exception_as_one_line)
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *([structlog.processors.format_exc_info] if debug and json else []),
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(LOG_LEVELS[level])
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+
+def _exception_as_one_line(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    exc_info = event.pop("exc_info", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    error = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+    if isinstance(error, BaseException):
+        event["error"] = summary(error)
+    return event
