@@ -128,25 +128,36 @@ def test_tools_lists_internal_tools_first_then_each_child(tmp_path: Path, marker
     assert lines[5].startswith("f · ready")
     assert [line.split()[0] for line in lines[6:8]] == ["f.echo", "f.delete_file"]
     assert lines[7].split()[1:] == ["destructive", "ask", "(not", "read-only)"]
-    assert lines[8] == "nope · failed  command not found: no-such-command-xyz"
+    # f's other tools, withheld by tools.allow, follow its own; a server that never started has no tool rows
+    withheld = lines[8:-1]
+    assert "  f.crash  withheld: not in tools.allow" in withheld and len(withheld) > 5
+    assert all(line.startswith("  f.") and line.endswith("  withheld: not in tools.allow") for line in withheld)
+    assert lines[-1] == "nope · failed  command not found: no-such-command-xyz"
     assert processes_with(marker) == []
 
 
 def test_tools_as_json_and_internal_tools_setting(tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"time": TIME_COMMAND})
+    servers = {"time": {**TIME_COMMAND, "tools": {"deny": ["convert_*"]}}, "off": {**TIME_COMMAND, "disabled": True}}
+    config = write_config(tmp_path, servers)
     result = run("tools", "--json", "--config", str(config), env={"META_AGENT_INTERNAL_TOOLS": ""})
     assert result.returncode == 0, result.stderr
     box = json.loads(result.stdout)
-    assert [s["name"] for s in box["servers"]] == ["time"]
+    assert [(s["name"], s["status"], s["tool_count"]) for s in box["servers"]] == [
+        ("time", "ready", 1),
+        ("off", "disabled", 0),
+    ]
     assert box["servers"][0]["protocol_version"] == "2026-07-28"
-    assert [t["name"] for t in box["tools"]] == ["time.get_current_time", "time.convert_time", "image_gen"]
+    # the tools offered, then those withheld; the disabled server never started, so it has no tool rows
+    assert [t["name"] for t in box["tools"]] == ["time.get_current_time", "image_gen", "time.convert_time"]
     assert box["tools"][0]["alias"] == "time__get_current_time"
     assert box["tools"][0]["annotations"]["readOnlyHint"] is True
     assert [(t["enabled"], t["withheld"]) for t in box["tools"]] == [
         (True, None),
-        (True, None),
         (False, "META_AGENT_INTERNAL_TOOLS leaves it out"),
+        (False, "denied by tools.deny pattern 'convert_*'"),
     ]
+    convert = box["tools"][2]
+    assert (convert["alias"], convert["server"], convert["trust"]) == ("time__convert_time", "time", "always")
 
 
 def test_tools_says_why_image_gen_is_withheld_against_a_local_server(tmp_path: Path) -> None:

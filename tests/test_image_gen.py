@@ -17,7 +17,8 @@ from meta_agent.config import Settings
 from meta_agent.core.messages import ImagePart, TextPart
 from meta_agent.errors import ImageGenError, ProviderAuthError, ProviderBadRequest, ProviderUnavailable
 from meta_agent.front.server import build_server
-from meta_agent.internal.image_gen import IMAGE_GEN, INTERNAL_TOOLS, WHAT_TO_SET, image_gen_tool, image_gen_withheld
+from meta_agent.internal import INTERNAL_TOOLS
+from meta_agent.internal.image_gen import IMAGE_GEN, WHAT_TO_SET, image_gen_tool, image_gen_withheld
 
 pytestmark = pytest.mark.anyio
 FAST_RETRY = {"retry_after_ms": "1"}  # the SDK honours retry-after-ms, so its retries take no time

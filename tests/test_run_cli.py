@@ -93,6 +93,8 @@ def test_the_step_limit(llm: FakeLLM, config: Path) -> None:
     [
         ({"META_AGENT_MODEL": ""}, [], 2, "meta-agent: no model is configured: set META_AGENT_MODEL"),
         ({}, ["--tools", "nope.*"], 2, "meta-agent: tools: pattern 'nope.*' matches no tool"),
+        ({}, ["--allow", "nope.*"], 2, "meta-agent: allow: pattern 'nope.*' matches no tool"),
+        ({}, ["--allow", "f.a b"], 2, "meta-agent: allow: bad pattern 'f.a b'"),
         ({"META_AGENT_MODEL": "mistral:large"}, [], 2, "unknown provider 'mistral'"),
     ],
 )

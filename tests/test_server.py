@@ -23,7 +23,7 @@ from mcp import Client
 from structlog.testing import capture_logs
 from test_cli import processes_with
 
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config import ServerEntry, Settings, ToolFilter
 from meta_agent.core.messages import ModelResponse
 from meta_agent.front.server import build_server
 from meta_agent.providers import openai as openai_provider
@@ -314,6 +314,42 @@ async def test_the_toolbox_resource(client: Client) -> None:
     assert tools["f.delete_file"]["trust"] == "never"
     assert tools["time.get_current_time"]["annotations"]["readOnlyHint"] is True
     assert tools["image_gen"]["server"] is None
+
+
+CRASH_DENIED = "denied by tools.deny pattern 'crash'"
+
+
+async def test_the_toolbox_resource_lists_withheld_tools_the_model_never_gets(llm: FakeLLM) -> None:
+    """A tool `tools.deny` filters out is listed greyed out (enabled false, with why), a disabled server has no tool
+    rows, and a model that calls a withheld tool anyway hears it is unknown: the child is never asked."""
+    servers = {"f": fault_entry(tools=ToolFilter(deny=("crash", "delete_*"))), "off": fault_entry(disabled=True)}
+    server = build_server(Settings(model="openai:fake-model", internal_tools=""), servers, openai_env(llm))
+    async with Client(server) as client:
+        assert server.engine is not None
+        await server.engine.pool.wait_settled()
+        box = json.loads((await client.read_resource("meta-agent://toolbox")).contents[0].text)  # type: ignore[union-attr]
+        llm.reply(openai_reply(None, ("c1", "f__crash", {})))
+        llm.reply(openai_reply("it is not there"))
+        result = await client.call_tool("agent", {"task": "crash it"})
+        after = server.engine.pool["f"].status
+    assert {s["name"]: (s["status"], s["tool_count"]) for s in box["servers"]} == {
+        "f": ("ready", after.tool_count),
+        "off": ("disabled", 0),
+    }
+    tools = {tool["name"]: tool for tool in box["tools"]}
+    assert all(isinstance(tool["enabled"], bool) for tool in tools.values())
+    assert (tools["f.echo"]["enabled"], tools["f.echo"]["withheld"]) == (True, None)
+    assert (tools["f.crash"]["enabled"], tools["f.crash"]["withheld"]) == (False, CRASH_DENIED)
+    assert tools["f.delete_file"]["withheld"] == "denied by tools.deny pattern 'delete_*'"
+    assert tools["f.delete_file"]["annotations"]["destructiveHint"] is True
+    assert not any(tool["server"] == "off" for tool in tools.values())
+    assert text_of(result) == "it is not there"
+    offered = {tool["function"]["name"] for tool in llm.requests[0].body["tools"]}
+    assert "f__echo" in offered and not offered & {"f__crash", "f__delete_file"}
+    [told] = [m["content"] for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert told.startswith("[error] unknown tool 'f__crash'; the tools are: f__confirm, f__echo,")
+    assert "f__crash" not in told.split("the tools are: ")[1]
+    assert (after.state, after.restarts) == ("ready", 0)  # crash was never called: the child is still up
 
 
 # In memory only the legacy era: the SDK's in-memory 2026-07-28 dispatcher does not pass a caller's cancel on to

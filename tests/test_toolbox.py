@@ -8,11 +8,12 @@ import pytest
 from conftest import everything_entry, fault_entry, time_entry
 
 from meta_agent.children.supervisor import ChildPool
-from meta_agent.config import ToolFilter
+from meta_agent.config import Settings, ToolFilter
 from meta_agent.core.tools import ToolHints, ToolSpec
-from meta_agent.errors import PatternError
+from meta_agent.engine import LEFT_OUT, Engine
+from meta_agent.errors import ChildDied, PatternError
 from meta_agent.internal.image_gen import IMAGE_GEN
-from meta_agent.toolbox import ALIAS, Toolbox, alias_for, may_name_server
+from meta_agent.toolbox import ALIAS, Toolbox, alias_for, may_name_server, withheld_child_tools
 
 LONG = "x" * 70
 
@@ -144,6 +145,51 @@ async def test_a_toolbox_of_real_children() -> None:
         "f.image",
     }
     assert all(ALIAS.fullmatch(s.alias) for s in box.tools)
+
+
+@pytest.mark.anyio
+async def test_tools_that_allow_and_deny_filter_out_are_known_with_why() -> None:
+    rules = ToolFilter(allow=("e*", "pid", "delete_*", "hang"), deny=("delete_*", "h?ng"))
+    async with ChildPool({"f": fault_entry(trust={"hang": "never"}, tools=rules)}) as pool:
+        await pool.wait_settled()
+        box = Toolbox.build([], pool)
+        withheld = withheld_child_tools(pool)
+        why = {spec.name: reason for spec, reason in withheld}
+    assert [spec.name for spec in box.tools] == ["f.echo", "f.pid"]
+    assert why["f.delete_file"] == "denied by tools.deny pattern 'delete_*'"
+    assert why["f.hang"] == "denied by tools.deny pattern 'h?ng'"
+    assert why["f.slow"] == why["f.crash"] == "not in tools.allow"
+    assert set(why) == {f"f.{tool.name}" for tool in pool["f"].listed} - {"f.echo", "f.pid"}
+    # described as the toolbox would describe them, never callable through it
+    hang = next(spec for spec, _ in withheld if spec.name == "f.hang")
+    assert (hang.alias, hang.server, hang.tool, hang.trust) == ("f__hang", "f", "hang", "never")
+    assert hang.hints.read_only and "f.hang" not in box.by_name and "f__hang" not in box.by_alias
+
+
+@pytest.mark.anyio
+async def test_a_child_that_went_down_keeps_what_it_listed_as_withheld() -> None:
+    """A failed child's tools stay known, withheld saying why; a disabled child or one never ready has none."""
+    servers = {
+        "f": fault_entry(tools=ToolFilter(deny=("hang",))),
+        "off": fault_entry(disabled=True),
+        "never": fault_entry("--exit-at-start"),
+    }
+    async with Engine(Settings(internal_tools=""), servers, {}, restart=False) as engine:
+        await engine.pool.wait_settled()
+        ready = {tool["name"]: tool["enabled"] for tool in engine.describe()["tools"]}
+        with pytest.raises(ChildDied):
+            await engine.pool["f"].call("crash", {})
+        box = engine.describe()
+        assert engine.toolbox().select() == []  # the loop sees none of them
+    assert ready["f.echo"] is True and ready["f.hang"] is False
+    assert {s["name"]: s["status"] for s in box["servers"]} == {"f": "failed", "off": "disabled", "never": "failed"}
+    tools = {tool["name"]: tool for tool in box["tools"]}
+    assert set(tools) == set(ready) == {"image_gen"} | {f"f.{tool.name}" for tool in engine.pool["f"].listed}
+    assert all(tool["enabled"] is False for tool in tools.values())
+    assert tools["image_gen"]["withheld"] == LEFT_OUT
+    assert tools["f.hang"]["withheld"] == "denied by tools.deny pattern 'hang'"
+    assert tools["f.echo"]["withheld"] == "server 'f' is failed: connection closed during crash"
+    assert tools["f.echo"]["annotations"]["readOnlyHint"] is True and tools["f.echo"]["alias"] == "f__echo"
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tools import InternalTool, ToolSpec
 from meta_agent.errors import ConfigError, ConversationLost, PatternError
-from meta_agent.internal.image_gen import DEFAULT_IMAGE_MODEL, INTERNAL_TOOLS, image_gen_tool, image_gen_withheld
+from meta_agent.internal import INTERNAL_TOOLS, LEFT_OUT, internal_tools
 from meta_agent.providers import make_provider, resolve_provider
 from meta_agent.records import trustfile
 from meta_agent.records.conversations import Conversations, Turn
@@ -36,11 +36,10 @@ from meta_agent.records.telemetry import Spans
 from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.records.trustfile import Recorded
 from meta_agent.text import one_line, some_of
-from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server
+from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, withheld_child_tools
 
 log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
-LEFT_OUT = "META_AGENT_INTERNAL_TOOLS leaves it out"  # why an internal tool switched off is withheld
 
 
 class Engine:
@@ -125,22 +124,28 @@ class Engine:
         self._toolbox = None
 
     def describe(self) -> dict[str, Any]:
-        """The toolbox as JSON: each child with its status, each tool with names, annotations and trust."""
+        """The toolbox as JSON: each child with its status, each tool with names, annotations, trust and `enabled`;
+        the tools offered first, then those withheld (`enabled: false`, `withheld` saying why), so a host's tool
+        selector can show them greyed out."""
         toolbox = self.toolbox()
         return {
             "servers": [_status_json(child) for child in self.pool],
             "tools": [_tool_json(spec) for spec in toolbox.tools]
-            + [_tool_json(spec, self.withheld[spec.name]) for spec in self.withheld_specs()],
+            + [_tool_json(spec, why) for spec, why in self.withheld_specs()],
             "problems": list(toolbox.problems),
             "trust_file": None
             if self._trust_file is None
             else {"path": str(self._trust_file), "problem": self.trust_problem},
         }
 
-    def withheld_specs(self) -> list[ToolSpec]:
-        """The internal tools withheld (`self.withheld` says why), as the toolbox would list them."""
+    def withheld_specs(self) -> list[tuple[ToolSpec, str]]:
+        """Every tool known but withheld, as the toolbox would list it, with why in one line: internal tools switched
+        off or without a backend (`self.withheld`), then each child's tools that `tools.allow`/`tools.deny` filter
+        out or that it listed before it went down. The loop never sees them."""
         declared = [tool for tool in INTERNAL_TOOLS if tool.name in self.withheld]
-        return list(Toolbox.build(declared, (), self._recorded, trust_problem=self.trust_problem).tools)
+        internal = Toolbox.build(declared, (), self._recorded, trust_problem=self.trust_problem).tools
+        children = withheld_child_tools(self.pool, self._recorded, trust_problem=self.trust_problem)
+        return [(spec, self.withheld[spec.name]) for spec in internal] + children
 
     def internal_tool(self, name: str) -> InternalTool | None:
         return next((tool for tool in self.internal if tool.name == name), None)
@@ -352,21 +357,6 @@ def _not_ready(status: ChildStatus) -> str:
     if status.state == "starting":
         return f"server {status.name!r} is still starting"
     return f"server {status.name!r} is {status.state}{': ' + status.error if status.error else ''}"
-
-
-def internal_tools(settings: Settings, environ: Mapping[str, str]) -> tuple[list[InternalTool], dict[str, str]]:
-    """The internal tools offered, and why each of the others is withheld (the toolbox lists those too).
-
-    Raises:
-        ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
-    """
-    enabled = settings.enabled_internal_tools([tool.name for tool in INTERNAL_TOOLS])
-    withheld = {tool.name: LEFT_OUT for tool in INTERNAL_TOOLS if tool.name not in enabled}
-    if "image_gen" in enabled and (why := image_gen_withheld(settings.image_model, environ)) is not None:
-        withheld["image_gen"] = why
-    if "image_gen" in withheld:
-        return [], withheld
-    return [image_gen_tool(settings.image_model or DEFAULT_IMAGE_MODEL, environ)], withheld
 
 
 def _tool_json(spec: ToolSpec, withheld: str | None = None) -> dict[str, Any]:

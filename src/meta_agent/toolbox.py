@@ -3,7 +3,8 @@
 Every tool has an MCP-facing name (`server.tool` for a child's tool, the bare name for an internal one) and a
 model-facing alias in `[A-Za-z0-9_-]{1,64}`, which is what LLM APIs accept. The alias of a name never depends on
 the other tools: `server__tool` where that is unambiguous, else a readable prefix and a hash of the full name.
-Tools whose names or aliases would clash are reported in `Toolbox.problems`, never silently dropped.
+Tools whose names or aliases would clash are reported in `Toolbox.problems`, never silently dropped. Tools known
+but not offered (`withheld_child_tools`) are described for a host's tool selector, never callable.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from meta_agent.core.result import Mode
 from meta_agent.core.tools import InternalTool, ProgressFn, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.errors import PatternError
 from meta_agent.records.trustfile import Recorded, definition_hash
+from meta_agent.text import one_line
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_ALIAS = 64
@@ -131,6 +133,35 @@ class Toolbox:
             if visible(mode, internal=spec.internal, read_only=spec.hints.read_only)
             and (patterns is None or any(fnmatch.fnmatchcase(spec.name, p) for p in patterns))
         ]
+
+
+def withheld_child_tools(
+    children: Iterable[ChildServer],
+    recorded: Mapping[str, Recorded] | None = None,
+    *,
+    trust_problem: str | None = None,
+) -> list[tuple[ToolSpec, str]]:
+    """The children's tools that are known but not offered, each with why in one line: those `tools.allow` /
+    `tools.deny` filter out, and every tool a child that is down listed while it was last ready (a child that never
+    was ready, or is disabled, has none). They are described, with trust as `Toolbox.build` would give it, and never
+    called: no toolbox holds them."""
+    levels = Levels(recorded or {}, stale=trust_problem is not None)
+    withheld: list[tuple[ToolSpec, str]] = []
+    for child in children:
+        status = child.status
+        seen_here: set[str] = set()  # a tool listed twice is described once (the toolbox reports the repeat)
+        down = None if status.state == "ready" else _down_why(status.name, status.state, status.error)
+        for tool in child.listed:
+            why = child.why_not_offered(tool.name) or down
+            if why is None or tool.name in seen_here:
+                continue
+            seen_here.add(tool.name)
+            withheld.append((_child_spec(child.name, tool, child.entry.trust, levels), why))
+    return withheld
+
+
+def _down_why(server: str, state: str, error: str | None) -> str:
+    return f"server {server!r} is {state}" + (f": {one_line(error)}" if error else "")
 
 
 def may_name_server(pattern: str, server: str) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -94,6 +94,7 @@ class ChildServer:
         self._state: ChildState = "disabled" if entry.disabled else "starting"
         self._client: Client | None = None
         self._tools: tuple[t.Tool, ...] = ()
+        self._listed: tuple[t.Tool, ...] = ()  # kept when the child goes down: the toolbox lists them as withheld
         self._attempt = 0
         self._restarts = 0
         self._error: str | None = None
@@ -116,6 +117,20 @@ class ChildServer:
     def tools(self) -> tuple[t.Tool, ...]:
         """The child's tools that `tools.allow`/`tools.deny` let through; empty unless ready."""
         return self._tools
+
+    @property
+    def listed(self) -> tuple[t.Tool, ...]:
+        """Every tool the child listed while it was last ready, `tools.allow`/`tools.deny` or not; empty if it never
+        was. Kept while the child is down, so what it had stays known (as withheld) to a host's tool selector."""
+        return self._listed
+
+    def why_not_offered(self, tool: str) -> str | None:
+        """Why `tools.allow`/`tools.deny` withhold the child's tool `tool` (its own name); None if they offer it."""
+        rules = self.entry.tools
+        if not any(fnmatch.fnmatchcase(tool, pattern) for pattern in rules.allow):
+            return "not in tools.allow"
+        denied_by = next((pattern for pattern in rules.deny if fnmatch.fnmatchcase(tool, pattern)), None)
+        return None if denied_by is None else f"denied by tools.deny pattern {denied_by!r}"
 
     @property
     def status(self) -> ChildStatus:
@@ -218,7 +233,7 @@ class ChildServer:
                     self._connected_at = time.monotonic()
                     self._start_seconds = self._connected_at - started
                     self._client = client
-                    self._tools = tuple(tool for tool in tools if self._offered(tool.name))
+                    self._keep(tools)
                     info = client.server_info
                     self._identity = (
                         client.protocol_version,
@@ -316,14 +331,14 @@ class ChildServer:
         except Exception as exc:  # a child that cannot list its tools is no use
             self._down(f"listing its changed tools failed ({describe_exception(exc)})", lost)
             return
-        self._tools = tuple(tool for tool in tools if self._offered(tool.name))
+        self._keep(tools)
         log.info("child_tools_changed", server=self.name, tools=len(self._tools))
         self._set_state("ready")
 
-    def _offered(self, tool: str) -> bool:
-        rules = self.entry.tools
-        allowed = any(fnmatch.fnmatchcase(tool, pattern) for pattern in rules.allow)
-        return allowed and not any(fnmatch.fnmatchcase(tool, pattern) for pattern in rules.deny)
+    def _keep(self, listed: Sequence[t.Tool]) -> None:
+        """What a ready child listed: all of it, and the tools offered of it."""
+        self._listed = tuple(listed)
+        self._tools = tuple(tool for tool in listed if self.why_not_offered(tool.name) is None)
 
     def _set_state(self, state: ChildState) -> None:
         self._state = state

@@ -18,23 +18,30 @@ import anyio
 import structlog
 
 from meta_agent.children.supervisor import ChildPool
+from meta_agent.cli.asking import approver_for
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, LiveView, check_line, fail, note, paint_for, print_toolbox
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config import ServerEntry, Settings, check_glob
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
 from meta_agent.records import trustfile
 from meta_agent.text import plural
-from meta_agent.toolbox import Toolbox, definition_of
+from meta_agent.toolbox import Toolbox, definition_of, may_name_server
 
 log = structlog.get_logger(__name__)
 
 
 async def run_task(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    try:
+        allow = [check_glob(pattern) for pattern in args.allow or ()]
+    except ValueError as exc:
+        return fail(f"allow: {exc}", EXIT_USAGE)
     view = LiveView(sys.stderr)
+    approver = approver_for(allow, view)
     try:
         async with Engine(settings, servers, os.environ, restart=False, trust_file=args.trust_file) as engine:
+            await _check_allowed(engine, allow)
             result = await engine.run(
-                args.task, mode=args.mode, patterns=args.tools, max_steps=args.max_steps, emit=view
+                args.task, mode=args.mode, patterns=args.tools, max_steps=args.max_steps, emit=view, approver=approver
             )
     except (ConfigError, PatternError, ModelNotConfigured) as exc:
         return fail(str(exc), EXIT_USAGE)
@@ -62,6 +69,26 @@ async def run_task(args: argparse.Namespace, settings: Settings, servers: dict[s
     return 0
 
 
+async def _check_allowed(engine: Engine, patterns: list[str]) -> None:
+    """Each `--allow` pattern must match some tool, once the children it can name have started.
+
+    Raises:
+        PatternError: a pattern that matches no tool.
+    """
+    if not patterns:
+        return
+    named = [
+        child.name
+        for child in engine.pool
+        if not child.entry.disabled and any(may_name_server(pattern, child.name) for pattern in patterns)
+    ]
+    await engine.pool.wait_settled(named)
+    names = [spec.name for spec in engine.toolbox().tools]
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            raise PatternError(f"allow: pattern {pattern!r} matches no tool (see `meta-agent tools`)")
+
+
 # -- tools and check -----------------------------------------------------------------------------------------------
 
 
@@ -74,7 +101,7 @@ async def list_tools(args: argparse.Namespace, settings: Settings, servers: dict
         if args.json:
             print(json.dumps(engine.describe(), indent=2))
         else:
-            print_toolbox(engine.toolbox(), engine.pool, sys.stdout, engine.withheld)
+            print_toolbox(engine.toolbox(), engine.pool, sys.stdout, engine.withheld_specs())
     if engine.trust_problem:  # bad input, though the toolbox above shows the levels that apply meanwhile
         return fail(engine.trust_problem, EXIT_USAGE)
     return 0

@@ -92,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--mode", choices=["ask", "plan", "agent"], default="agent")
     run.add_argument("--tools", nargs="+", metavar="PATTERN", help="glob patterns over tool names")
     run.add_argument("--max-steps", type=_positive, metavar="N")
+    run.add_argument(
+        "--allow",
+        action="append",
+        metavar="PATTERN",
+        help="run the tools this glob matches (fs.write_file, fs.*) without asking; never a `never` (repeatable)",
+    )
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
 
     trust = commands.add_parser(

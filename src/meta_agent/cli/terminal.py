@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
 from meta_agent.core import events as ev
@@ -59,18 +60,20 @@ def check_line(status: ChildStatus, paint: Paint) -> str:
     return f"{paint(status.state, 'red')}  {status.error}"
 
 
-def print_toolbox(toolbox: Toolbox, pool: ChildPool, out: TextIO, withheld: Mapping[str, str] | None = None) -> None:
-    """Internal tools first (then those `withheld`, with why), then each child with its status and tools, then any
-    problems."""
+def print_toolbox(
+    toolbox: Toolbox, pool: ChildPool, out: TextIO, withheld: Sequence[tuple[ToolSpec, str]] = ()
+) -> None:
+    """Internal tools first, then each child with its status and tools, each group followed by its tools that are
+    `withheld` (with why), then any problems."""
     paint = paint_for(out)
     internal = [spec for spec in toolbox.tools if spec.internal]
     print(f"{paint('internal', 'bold')} · {plural(len(internal), 'tool')}", file=out)
     _print_tools(internal, out)
-    for name, why in (withheld or {}).items():
-        print(f"  {name}  {paint('withheld', 'yellow')}: {why}", file=out)
+    _print_withheld([(spec, why) for spec, why in withheld if spec.server is None], out, paint)
     for child in pool:
         print(f"{paint(child.name, 'bold')} · {check_line(child.status, paint)}", file=out)
         _print_tools([spec for spec in toolbox.tools if spec.server == child.name], out)
+        _print_withheld([(spec, why) for spec, why in withheld if spec.server == child.name], out, paint)
     for problem in toolbox.problems:
         print(f"{paint('problem', 'red')}: {problem}", file=out)
 
@@ -85,31 +88,81 @@ def _print_tools(specs: list[ToolSpec], out: TextIO) -> None:
         print(f"  {spec.name.ljust(name_width)}  {spec.hints.describe().ljust(hint_width)}  {trust}", file=out)
 
 
+def _print_withheld(withheld: list[tuple[ToolSpec, str]], out: TextIO, paint: Paint) -> None:
+    for spec, why in withheld:
+        print(f"  {spec.name}  {paint('withheld', 'yellow')}: {why}", file=out)
+
+
 class LiveView:
     """The event sink of `meta-agent run`: one line per event on `out`; on a terminal, heartbeats overwrite
-    each other in place instead of piling up. Keeps the last result it saw (also a cancelled or failed run's)."""
+    each other in place instead of piling up. Keeps the last result it saw (also a cancelled or failed run's).
+
+    A question to the person at the terminal (cli/asking.py) is written in the view's place (`asking`): while it is
+    open, and until its answer's line, the other event lines wait, then follow; heartbeats are dropped meanwhile.
+    `approval_requested` is never a line: the question stands there, or the answer's line says why nobody was asked.
+    """
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._tty = out.isatty()
         self._paint = paint_for(out)
         self._beating = False
+        self._held: list[str] | None = None  # the lines that wait for a question and its answer's line
+        self._answering: str | None = None  # the tool whose answer's line ends the wait, once the question is done
         self.result: RunResult | None = None
 
     async def __call__(self, event: ev.Event) -> None:
-        if isinstance(event, ev.RunFinished | ev.RunFailed) and event.result is not None:
-            self.result = event.result
+        if isinstance(event, ev.RunFinished | ev.RunFailed):
+            self.result = event.result or self.result
+            self._release()  # nothing is asked after the end
         line = describe(event)
-        if line is None:
+        if line is None or isinstance(event, ev.ApprovalRequested):
             return
         colour = {"tool_call_finished": "dim", "heartbeat": "yellow", "run_failed": "red", "limit_reached": "yellow"}
         if isinstance(event, ev.ToolCallFinished) and not event.ok:
             colour = {**colour, "tool_call_finished": "red"}
         text = self._paint(line, colour[event.kind]) if event.kind in colour else line
-        if self._tty and isinstance(event, ev.Heartbeat):
+        if self._held is None:
+            self._show(text, isinstance(event, ev.Heartbeat))
+        elif isinstance(event, ev.ApprovalAnswered) and event.name == self._answering:
+            self._line(text)
+            self._release()
+        elif not isinstance(event, ev.Heartbeat):  # a beat would be stale by the time it could be shown
+            self._held.append(text)
+
+    @contextmanager
+    def asking(self, name: str) -> Iterator[TextIO]:
+        """Hold the view for a question about tool `name`: yields the stream to write it on. The event lines that
+        come meanwhile follow the line of its answer (`approval_answered` of `name`), or come at once if the
+        question is cancelled."""
+        self._release()  # an earlier question's, should its answer's line never have come
+        self._line(None)
+        self._held = []
+        try:
+            yield self._out
+        except BaseException:
+            self._release()
+            raise
+        self._answering = name
+
+    def _release(self) -> None:
+        held, self._held, self._answering = self._held or [], None, None
+        for text in held:
+            self._line(text)
+
+    def _show(self, text: str, heartbeat: bool) -> None:
+        if self._tty and heartbeat:
             self._out.write(f"\r\033[K{text}")
             self._beating = True
+            self._out.flush()
         else:
-            self._out.write(f"{chr(13) + chr(27) + '[K' if self._beating else ''}{text}\n")
+            self._line(text)
+
+    def _line(self, text: str | None) -> None:
+        """Write `text` as a line of its own, over a heartbeat shown in place (None: only clear the heartbeat)."""
+        if self._beating:
+            self._out.write("\r\033[K")
             self._beating = False
+        if text is not None:
+            self._out.write(f"{text}\n")
         self._out.flush()

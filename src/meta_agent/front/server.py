@@ -30,7 +30,7 @@ from meta_agent.core import events as ev
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver
-from meta_agent.engine import Engine, internal_tools
+from meta_agent.engine import Engine
 from meta_agent.errors import MetaAgentError, summary
 from meta_agent.front.approvals import (
     ForwardedQuestions,
@@ -43,6 +43,7 @@ from meta_agent.front.approvals import (
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
+from meta_agent.internal import internal_tools
 from meta_agent.providers.sampling import SamplingProvider
 from meta_agent.version import __version__
 

@@ -1,1 +1,29 @@
-"""The internal tools: tools of meta-agent's own that the model can call (design.md §2.7)."""
+"""The internal tools: tools of meta-agent's own that the model can call (design.md §2.7), and which of them a
+configuration offers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from meta_agent.config import Settings
+from meta_agent.core.tools import InternalTool
+from meta_agent.internal.image_gen import DEFAULT_IMAGE_MODEL, IMAGE_GEN, image_gen_tool, image_gen_withheld
+
+# Every internal tool, as declared before a configuration enables it.
+INTERNAL_TOOLS = (IMAGE_GEN,)
+LEFT_OUT = "META_AGENT_INTERNAL_TOOLS leaves it out"  # why an internal tool switched off is withheld
+
+
+def internal_tools(settings: Settings, environ: Mapping[str, str]) -> tuple[list[InternalTool], dict[str, str]]:
+    """The internal tools offered, and why each of the others is withheld (the toolbox lists those too).
+
+    Raises:
+        ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
+    """
+    enabled = settings.enabled_internal_tools([tool.name for tool in INTERNAL_TOOLS])
+    withheld = {tool.name: LEFT_OUT for tool in INTERNAL_TOOLS if tool.name not in enabled}
+    if "image_gen" in enabled and (why := image_gen_withheld(settings.image_model, environ)) is not None:
+        withheld["image_gen"] = why
+    if "image_gen" in withheld:
+        return [], withheld
+    return [image_gen_tool(settings.image_model or DEFAULT_IMAGE_MODEL, environ)], withheld

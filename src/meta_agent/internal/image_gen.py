@@ -40,8 +40,6 @@ IMAGE_GEN = InternalTool(
     hints=ToolHints(title="Generate images", read_only_hint=True, destructive_hint=False, open_world_hint=True),
 )
 
-INTERNAL_TOOLS = (IMAGE_GEN,)
-
 WHAT_TO_SET = "set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server"
 # design.md names gpt-image-1, which the installed openai SDK marks as shut down; its named successor instead.
 DEFAULT_IMAGE_MODEL = "openai:gpt-image-2.5-flare"
