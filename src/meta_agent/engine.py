@@ -76,7 +76,7 @@ class Engine:
         self._provider_lock = anyio.Lock()
         self.trace_dir = settings.trace_dir or default_trace_dir()
         self.conversations = Conversations(settings.conversations_db or default_conversations_path())
-        self._redact = Redactor.of({**environ, "META_AGENT_HTTP_TOKEN": settings.http_token or ""}, servers)
+        self._redact = Redactor.of(environ, servers, settings.http_token)
         self._trust_file = trust_file
         self._trust_stamp: tuple[int, ...] | None = None
         self._recorded: dict[str, Recorded] = {}

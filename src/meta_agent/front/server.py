@@ -41,10 +41,12 @@ from meta_agent.front.approvals import (
     is_modern,
 )
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
+from meta_agent.front.host_logs import HostLogs
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.providers.sampling import SamplingProvider
+from meta_agent.records.traces import Redactor
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -139,6 +141,8 @@ def build_server(
     if any(tool.name == "image_gen" for tool in internal_tools(settings, environ)[0]):
         _add_image_gen(server)
     _add_toolbox_resource(server)
+    # Our log lines to the hosts that ask (`logging`), redacted as the engine's traces are.
+    HostLogs(Redactor.of(environ, servers, settings.http_token)).install(server)
     return server
 
 

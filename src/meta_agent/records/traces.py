@@ -62,9 +62,12 @@ class Redactor:
         self._secrets = sorted(found, key=len, reverse=True)
 
     @classmethod
-    def of(cls, environ: Mapping[str, str], servers: Mapping[str, Any]) -> Redactor:
-        """Secrets of the environment (by the variable's name) and every env and header value of servers.json."""
+    def of(cls, environ: Mapping[str, str], servers: Mapping[str, Any], http_token: str | None = None) -> Redactor:
+        """Secrets of the environment (by the variable's name), every env and header value of servers.json, and the
+        HTTP token a caller gives us."""
         secrets = [value for name, value in environ.items() if _SECRET_NAME.search(name)]
+        if http_token:
+            secrets.append(http_token)
         for entry in servers.values():
             secrets.extend(entry.env.values())
             secrets.extend(entry.headers.values())
