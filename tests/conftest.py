@@ -198,3 +198,20 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(TALLY.line())
     if path := os.environ.get("META_AGENT_FAULT_SUMMARY"):
         TALLY.write(Path(path))
+
+
+async def cancel_while_hanging(client: Any) -> ProgressLog:
+    """Call `agent` with the task "hang" (the fake model answers with a call of f.hang) and cancel the call once that
+    tool call has started; returns the progress the call heard."""
+    import anyio
+
+    progress = ProgressLog()
+    async with anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            await client.call_tool("agent", {"task": "hang"}, progress_callback=progress)
+
+        tg.start_soon(call)
+        await progress.until("call f.hang")
+        tg.cancel_scope.cancel()
+    return progress

@@ -16,7 +16,7 @@ import anyio
 import mcp.types as t
 import pytest
 import structlog
-from conftest import ProgressLog, fault_entry, free_port, openai_env, time_entry
+from conftest import ProgressLog, cancel_while_hanging, fault_entry, free_port, openai_env, time_entry
 from fake_llm import FakeLLM, anthropic_reply, error_body, images_reply, openai_reply
 from fault_server import TINY_PNG
 from mcp import Client
@@ -370,15 +370,7 @@ async def test_cancelling_the_call_cancels_the_child_call(era: str, llm: FakeLLM
     structlog.configure(processors=[watch])
     try:
         async with Client(server, mode="legacy" if era == "legacy" else "auto") as client:
-            progress = ProgressLog()
-            async with anyio.create_task_group() as tg:
-
-                async def call() -> None:
-                    await client.call_tool("agent", {"task": "hang"}, progress_callback=progress)
-
-                tg.start_soon(call)
-                await progress.until("call f.hang")
-                tg.cancel_scope.cancel()
+            progress = await cancel_while_hanging(client)
             with anyio.fail_after(10):
                 await seen.wait()
             assert not any(m.startswith("done") for m in progress.messages)  # no result, no "done" after a cancel

@@ -16,7 +16,7 @@ import anyio
 import httpx2
 import mcp.types as t
 import pytest
-from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, free_port, openai_env
+from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, cancel_while_hanging, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -156,15 +156,7 @@ async def test_http_cancel_reaches_the_child(mode: str, http_server: tuple[str, 
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
         Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
     ):
-        progress = ProgressLog()
-        async with anyio.create_task_group() as tg:
-
-            async def call() -> None:
-                await client.call_tool("agent", {"task": "hang"}, progress_callback=progress)
-
-            tg.start_soon(call)
-            await progress.until("call f.hang")
-            tg.cancel_scope.cancel()
+        await cancel_while_hanging(client)
     await anyio.to_thread.run_sync(lambda: log.wait_for("hang cancelled", more_than=already))
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         health = (await http.get(f"{url}/health")).json()
