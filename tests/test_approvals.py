@@ -5,21 +5,25 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import httpx2
 import mcp.types as t
 import pytest
 import structlog
-from conftest import ProgressLog, everything_entry, fault_entry, openai_env
+from conftest import ProgressLog, everything_entry, fault_entry, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server import MCPServer
 from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
+from test_transports import ServerLog
 
 from meta_agent.config import Settings
 from meta_agent.front import approvals
@@ -27,6 +31,7 @@ from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio
 MODES = {"2026-07-28": "auto", "2025-11-25": "legacy"}
+HTTP_TOKEN = "approvals-token"
 
 
 class User:
@@ -35,9 +40,11 @@ class User:
     def __init__(self, *answers: t.ElicitResult) -> None:
         self.answers = list(answers)
         self.asked: list[str] = []
+        self.choices: list[str] = []  # what each question said the choices mean
 
     async def __call__(self, _ctx: Any, params: Any) -> t.ElicitResult:
         self.asked.append(params.message)
+        self.choices.append(params.requested_schema["properties"]["decision"]["description"])
         assert params.requested_schema["properties"]["decision"]["enum"] == ["allow_once", "allow_session", "deny"]
         return self.answers.pop(0)
 
@@ -151,26 +158,36 @@ def test_the_session_connection_is_never_guessed() -> None:
         approvals.session_connection(ctx)
 
 
-async def test_on_2026_07_28_the_session_is_the_run(llm: FakeLLM) -> None:
-    """No sessions in this era: "allow for this session" holds for the rest of the run, not the next call."""
+async def test_on_2026_07_28_allow_for_the_session_lasts_the_connection(llm: FakeLLM) -> None:
+    """No MCP sessions in this era; off HTTP the connection is the user's session (stdio: the process): "allow for
+    this session" holds for the rest of the run and for the connection's later calls, and a new connection asks."""
     server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
     user = User(accept("allow_session"), accept("deny"))
     llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/a"})))
     llm.reply(openai_reply(None, ("c2", "f__delete_file", {"path": "/b"})))
     llm.reply(openai_reply("both gone"))
     llm.reply(openai_reply(None, ("c3", "f__delete_file", {"path": "/c"})))
-    llm.reply(openai_reply("kept /c"))
+    llm.reply(openai_reply("gone too"))
+    llm.reply(openai_reply(None, ("c4", "f__delete_file", {"path": "/d"})))
+    llm.reply(openai_reply("kept /d"))
     async with Client(server, elicitation_callback=user) as client:
         assert client.protocol_version == "2026-07-28"
         progress = ProgressLog()
         first = await client.call_tool("agent", {"task": "delete /a and /b"}, progress_callback=progress)
         assert first.content[0].text == "both gone"  # type: ignore[union-attr]
         assert len(user.asked) == 1
+        assert "this tool for the rest of this session" in user.choices[0]
         steps = first.structured_content["steps"]  # type: ignore[index]
         assert [s["tool_calls"][0]["ok"] for s in steps[:2]] == [True, True]
-        second = await client.call_tool("agent", {"task": "delete /c"})
-        assert second.content[0].text == "kept /c"  # type: ignore[union-attr]
-    assert len(user.asked) == 2
+        later = ProgressLog()
+        second = await client.call_tool("agent", {"task": "delete /c"}, progress_callback=later)
+        assert second.content[0].text == "gone too"  # type: ignore[union-attr]
+        assert len(user.asked) == 1  # a later call of the same connection: not asked again
+        assert "step 1 · f.delete_file allowed: already allowed for this session" in later.messages
+    async with Client(server, elicitation_callback=user) as client:
+        third = await client.call_tool("agent", {"task": "delete /d"})
+        assert third.content[0].text == "kept /d"  # type: ignore[union-attr]
+    assert len(user.asked) == 2  # ...but another connection is asked
     assert tool_message(llm).startswith("[error] the user did not allow f.delete_file (denied)")
     # progress flowed in every round of the first call, from start to done, its counter going up all the way
     assert progress.messages[0].startswith("start · agent")
@@ -236,6 +253,29 @@ async def test_approval_over_a_stdio_subprocess(llm: FakeLLM, tmp_path: Any) -> 
         result = await client.call_tool("agent", {"task": "delete /x"})
     assert result.content[0].text == "done"  # type: ignore[union-attr]
     assert len(user.asked) == 1 and tool_message(llm) == "deleted /x"
+
+
+async def test_on_2026_07_28_over_stdio_allow_for_the_session_lasts_the_process(llm: FakeLLM, tmp_path: Any) -> None:
+    """A stdio server serves one user's session: a later call of the same process is not asked again."""
+    config = tmp_path / "servers.json"
+    fault = fault_entry()
+    config.write_text(json.dumps({"mcpServers": {"f": {"command": fault.command, "args": list(fault.args)}}}))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "meta_agent", "serve", "--config", str(config)],
+        env=openai_env(llm, model="openai:fake-model", base=os.environ),
+    )
+    for path in ("/x", "/y"):
+        llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": path})))
+        llm.reply(openai_reply(f"done with {path}"))
+    user = User(accept("allow_session"))
+    async with Client(params, elicitation_callback=user) as client:
+        assert client.protocol_version == "2026-07-28"
+        await client.call_tool("agent", {"task": "delete /x"})
+        second = await client.call_tool("agent", {"task": "delete /y"})
+    assert second.content[0].text == "done with /y"  # type: ignore[union-attr]
+    assert len(user.asked) == 1 and tool_message(llm) == "deleted /y"
+    assert "for the rest of this session" in user.choices[0]
 
 
 @pytest.mark.parametrize(
@@ -354,3 +394,61 @@ async def test_an_unexpected_failure_on_the_parked_path_is_one_line_and_the_serv
         assert broken.content[0].text == "meta-agent failed: RuntimeError: injected bug (the server log has details)"  # type: ignore[union-attr]
         fine = await client.call_tool("agent", {"task": "t"})
         assert fine.content[0].text == "still here"  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def http_url(llm_endpoint: FakeLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`meta-agent serve --transport http` in its own process, with the fault child: its /mcp URL."""
+    config = tmp_path_factory.mktemp("http") / "servers.json"
+    fault = fault_entry()
+    config.write_text(json.dumps({"mcpServers": {"f": {"command": fault.command, "args": list(fault.args)}}}))
+    port = free_port()
+    serve = ["serve", "--transport", "http", "--port", str(port), "--config", str(config)]
+    env = openai_env(llm_endpoint, model="openai:fake-model", base=os.environ, META_AGENT_HTTP_TOKEN=HTTP_TOKEN)
+    proc = subprocess.Popen([sys.executable, "-m", "meta_agent", *serve], env=env, stderr=subprocess.PIPE, text=True)
+    log = ServerLog(proc.stderr)
+    try:
+        log.wait_for("serving_http")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+async def test_on_2026_07_28_over_http_allow_for_the_session_lasts_the_conversation(
+    http_url: str, llm: FakeLLM
+) -> None:
+    """Over HTTP this era has no session: the answer holds for the conversation (the same conversation_id is not
+    asked again, a new conversation is), and the question says so."""
+    user = User(accept("allow_session"), accept("deny"))
+    for path in ("/a", "/b", "/c"):
+        llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": path})))
+        llm.reply(openai_reply(f"done with {path}"))
+    headers = {"Authorization": f"Bearer {HTTP_TOKEN}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
+        Client(streamable_http_client(http_url, http_client=http), elicitation_callback=user) as client,
+    ):
+        assert client.protocol_version == "2026-07-28"
+        asked = ProgressLog()
+        first = await client.call_tool("agent", {"task": "delete /a"}, progress_callback=asked)
+        assert "step 1 · f.delete_file allowed: allowed for this conversation" in asked.messages
+        assert user.choices == [
+            "allow_once: this call only; allow_session: this tool for the rest of this conversation; "
+            "deny: not this time"
+        ]
+        conversation = first.structured_content["conversation_id"]  # type: ignore[index]
+        same = ProgressLog()
+        second = await client.call_tool(
+            "agent", {"task": "delete /b", "conversation_id": conversation}, progress_callback=same
+        )
+        assert second.content[0].text == "done with /b"  # type: ignore[union-attr]
+        assert len(user.asked) == 1  # the same conversation: not asked again
+        assert "step 1 · f.delete_file allowed: already allowed for this session" in same.messages
+        assert tool_message(llm) == "deleted /b"
+        third = await client.call_tool("agent", {"task": "delete /c"})  # a new conversation...
+        assert third.content[0].text == "done with /c"  # type: ignore[union-attr]
+    assert len(user.asked) == 2  # ...is asked again
+    assert tool_message(llm).startswith("[error] the user did not allow f.delete_file (denied)")

@@ -4,8 +4,11 @@
   "Allow for this session" lasts as long as the MCP session.
 - 2026-07-28 callers with elicitation: there is no back-channel, so the tool call *returns* an input-required result
   carrying the question and a sealed request state; the run waits, parked, until the caller retries with the answer
-  and then goes on from where it stopped (`ParkedRuns`). "Allow for this session" lasts for that run. A parked run
-  nobody resumes is cancelled after `PARK_TIMEOUT`, and its children's calls with it.
+  and then goes on from where it stopped (`ParkedRuns`). A parked run nobody resumes is cancelled after
+  `PARK_TIMEOUT`, and its children's calls with it. "Allow for this session" lasts, off HTTP, for the server's
+  lifespan, which there serves one connection (stdio: the process, one user's session; in memory: the client), and
+  over HTTP, which has no session in this era, for the conversation (`ConversationAllowances`); the question then
+  says "this conversation". Which transport a request came by is told by `over_http`.
 - Callers that declare no elicitation get no approver at all: the loop refuses `ask` tools, naming the setting.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 import itertools
 import warnings
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +28,7 @@ import structlog
 from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from starlette.requests import Request
 from ulid import ULID
 
 from meta_agent.core import events as ev
@@ -39,20 +43,29 @@ log = structlog.get_logger(__name__)
 # The SDK seals request states for 600 s; a run parked longer could not be resumed anyway.
 PARK_TIMEOUT = 600.0
 INPUT_KEY = "approval"
-CHOICES = {"allow_once": "allowed once", "allow_session": "allowed for this session", "deny": "denied"}
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "decision": {
-            "type": "string",
-            "title": "Allow this tool call?",
-            "enum": list(CHOICES),
-            "description": "allow_once: this call only; allow_session: this tool for the rest of the session; "
-            "deny: not this time",
-        }
-    },
-    "required": ["decision"],
-}
+CHOICES = {"allow_once": "allowed once", "allow_session": "allowed for this {scope}", "deny": "denied"}
+# How many conversations an HTTP server remembers allowances for; the least recently used is forgotten first.
+CONVERSATIONS_KEPT = 10_000
+
+
+def schema(scope: str = "session") -> dict[str, Any]:
+    """The question's form; `scope` ("session" or "conversation") is what "allow_session" lasts for."""
+    return {
+        "type": "object",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "title": "Allow this tool call?",
+                "enum": list(CHOICES),
+                "description": f"allow_once: this call only; allow_session: this tool for the rest of this {scope}; "
+                "deny: not this time",
+            }
+        },
+        "required": ["decision"],
+    }
+
+
+SCHEMA = schema()
 ARGUMENTS_SHOWN = 400
 # Events of a parked run kept for its next round (a parallel call's result, heartbeats); older ones are dropped.
 BACKLOG = 200
@@ -63,7 +76,7 @@ def question(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
     return f"meta-agent wants to run {spec.name} ({spec.hints.describe()}) with {shown}. Allow it?"
 
 
-def verdict_of(result: t.ElicitResult | None) -> Verdict:
+def verdict_of(result: t.ElicitResult | None, scope: str = "session") -> Verdict:
     """The user's answer, as the loop reads it; anything but a clear yes is a no."""
     if result is None:
         return Verdict(False, "no answer")
@@ -72,7 +85,12 @@ def verdict_of(result: t.ElicitResult | None) -> Verdict:
     decision = (result.content or {}).get("decision")
     if decision not in CHOICES:
         return Verdict(False, f"unreadable answer {decision!r}")
-    return Verdict(decision != "deny", CHOICES[str(decision)])
+    return Verdict(decision != "deny", CHOICES[str(decision)].format(scope=scope))
+
+
+def remembers(verdict: Verdict, scope: str = "session") -> bool:
+    """Whether `verdict` allows the tool for the rest of the `scope`, not just this call."""
+    return verdict.answer == CHOICES["allow_session"].format(scope=scope)
 
 
 def can_elicit(ctx: Context) -> bool:
@@ -84,6 +102,12 @@ def is_modern(ctx: Context) -> bool:
     return not getattr(ctx.session, "can_send_request", False)
 
 
+def over_http(ctx: Context) -> bool:
+    """Whether this request came over HTTP: the SDK hands its handlers the HTTP request there, and None on stdio
+    or in memory (meta_agent.front.call_guard reads it the same way)."""
+    return isinstance(ctx.request_context.request, Request)
+
+
 class SessionAllowances:
     """Tools the user allowed "for this session", per MCP session; forgotten when the session is."""
 
@@ -92,6 +116,30 @@ class SessionAllowances:
 
     def of(self, ctx: Context) -> set[str]:
         return self._by_session.setdefault(session_connection(ctx), set())
+
+
+class ConversationAllowances:
+    """Tools the user allowed "for this conversation", per conversation id: what "allow for this session" means
+    to a 2026-07-28 caller over HTTP, which has no session. Held in memory, for the `CONVERSATIONS_KEPT` most
+    recently used conversations; a restarted server asks again."""
+
+    def __init__(self) -> None:
+        self._by_conversation: OrderedDict[str, set[str]] = OrderedDict()
+
+    def of(self, conversation_id: str | None) -> set[str]:
+        """The tools allowed in `conversation_id` (an empty set of its own for a run that starts a conversation)."""
+        if conversation_id is None:
+            return set()
+        allowed = self._by_conversation.get(conversation_id, set())
+        self.keep(conversation_id, allowed)
+        return allowed
+
+    def keep(self, conversation_id: str, allowed: set[str]) -> None:
+        """Remember `allowed` (the same set, which a run may still add to) for the conversation `conversation_id`."""
+        self._by_conversation[conversation_id] = allowed
+        self._by_conversation.move_to_end(conversation_id)
+        while len(self._by_conversation) > CONVERSATIONS_KEPT:
+            self._by_conversation.popitem(last=False)
 
 
 def session_connection(ctx: Context) -> Connection:
@@ -131,7 +179,7 @@ class LiveApprover:
         except MCPError as exc:
             return Verdict(False, f"could not ask the user: {exc.message}")
         verdict = verdict_of(result)
-        if verdict.answer == CHOICES["allow_session"]:
+        if remembers(verdict):
             self._allowed.add(spec.name)
         return verdict
 
@@ -193,9 +241,10 @@ class ParkedRun:
     once, and only while that question is pending. One round of the call is live at a time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: set[str], scope: str) -> None:
         self.id = str(ULID())
-        self.allowed: set[str] = set()
+        self.allowed = allowed  # shared with later runs of the same session or conversation
+        self.scope_word = scope  # what "allow_session" lasts for: "session" or "conversation"
         self.scope = anyio.CancelScope()
         self.ticks = itertools.count(1)  # progress keeps counting up across the rounds
         self._to_caller, self._from_run = anyio.create_memory_object_stream[_Question | t.CallToolResult](1)
@@ -219,7 +268,7 @@ class ParkedRun:
                 await self._to_caller.send(_Question(pending.seq, spec, arguments))
                 with anyio.move_on_after(PARK_TIMEOUT):
                     await pending.answered.wait()
-                    if pending.verdict.answer == CHOICES["allow_session"]:
+                    if remembers(pending.verdict, self.scope_word):
                         self.allowed.add(spec.name)
                     return pending.verdict
             finally:
@@ -300,8 +349,11 @@ class ParkedRuns:
         self._tg = tg
         self._runs: dict[str, ParkedRun] = {}
 
-    async def drive(self, ctx: Context, work: Work) -> t.CallToolResult | t.InputRequiredResult:
-        """One round of a call: start the run (first call) or resume it with the caller's answer (a retry)."""
+    async def drive(
+        self, ctx: Context, work: Work, allowed: set[str], scope: str
+    ) -> t.CallToolResult | t.InputRequiredResult:
+        """One round of a call: start the run (first call) or resume it with the caller's answer (a retry). A new
+        run remembers what the user allows "for this `scope`" in `allowed` (a retry goes on with its run's own)."""
         if ctx.request_state:
             run_id, _, seq = ctx.request_state.partition(":")
             run = self._runs.get(run_id)
@@ -310,10 +362,11 @@ class ParkedRuns:
             if run.round_live:
                 return tool_error("another round of this call is already waiting; answer that one")
             response = (ctx.input_responses or {}).get(INPUT_KEY)
-            if not run.answer(int(seq), verdict_of(response if isinstance(response, t.ElicitResult) else None)):
+            verdict = verdict_of(response if isinstance(response, t.ElicitResult) else None, run.scope_word)
+            if not run.answer(int(seq), verdict):
                 return tool_error("that question was answered already, or is no longer pending")
         else:
-            run = ParkedRun()
+            run = ParkedRun(allowed, scope)
             self._runs[run.id] = run
             self._tg.start_soon(run.execute, work, lambda: self._runs.pop(run.id, None))
         progress = Progress(ctx, ticks=run.ticks)
@@ -324,6 +377,8 @@ class ParkedRuns:
         if isinstance(outcome, t.CallToolResult):
             return outcome
         request = t.ElicitRequest(
-            params=t.ElicitRequestFormParams(message=question(outcome.spec, outcome.arguments), requested_schema=SCHEMA)
+            params=t.ElicitRequestFormParams(
+                message=question(outcome.spec, outcome.arguments), requested_schema=schema(run.scope_word)
+            )
         )
         return t.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=f"{run.id}:{outcome.seq}")

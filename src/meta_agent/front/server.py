@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, cast
@@ -33,12 +33,14 @@ from meta_agent.core.tool_call import Approver
 from meta_agent.engine import Engine
 from meta_agent.errors import MetaAgentError, summary
 from meta_agent.front.approvals import (
+    ConversationAllowances,
     ForwardedQuestions,
     LiveApprover,
     ParkedRuns,
     SessionAllowances,
     can_elicit,
     is_modern,
+    over_http,
 )
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.front.host_logs import HostLogs
@@ -65,11 +67,15 @@ ToolPatterns = Annotated[
 
 @dataclass(frozen=True)
 class Front:
-    """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, and session allowances."""
+    """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, and what the user allowed "for
+    this session": per MCP session (2025-11-25), and for 2026-07-28 callers per conversation over HTTP, else for
+    the lifespan, which off HTTP serves one connection (stdio: the process, one user's session)."""
 
     engine: Engine
     parked: ParkedRuns
     allowances: SessionAllowances
+    conversation_allowances: ConversationAllowances = field(default_factory=ConversationAllowances)
+    pipe_allowances: set[str] = field(default_factory=set)
 
 
 class MetaAgentServer(MCPServer[Front]):
@@ -250,6 +256,18 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
     front = _front(ctx)
     sampling = _sampling(ctx)
     questions = None if is_modern(ctx) else ForwardedQuestions(ctx)
+    parked = can_elicit(ctx) and is_modern(ctx)
+    # "Allow for this session" of a parked run: over HTTP, where this era has no session, it holds for the
+    # conversation (kept under the id the run returns when it starts one); elsewhere for the lifespan, which is
+    # the connection's (the SDK makes a Connection per 2026-07-28 request, so that cannot be the key).
+    per_conversation = parked and over_http(ctx)
+    allowed: set[str] = set()  # nothing is allowed for longer where nobody can be asked
+    if per_conversation:
+        allowed = front.conversation_allowances.of(arguments.get("conversation_id"))
+    elif parked:
+        allowed = front.pipe_allowances
+    elif can_elicit(ctx):
+        allowed = front.allowances.of(ctx)
 
     async def work(emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None) -> t.CallToolResult:
         failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
@@ -268,13 +286,15 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
         except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
             log.exception("run_crashed", mode=mode)
             return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
+        if per_conversation and result.conversation_id:
+            front.conversation_allowances.keep(result.conversation_id, allowed)
         return run_result(result)
 
-    if can_elicit(ctx) and is_modern(ctx):
-        return await front.parked.drive(ctx, work)
+    if parked:
+        return await front.parked.drive(ctx, work, allowed, "conversation" if per_conversation else "session")
     progress = Progress(ctx)
     try:
-        return await work(progress, LiveApprover(ctx, front.allowances.of(ctx)) if can_elicit(ctx) else None)
+        return await work(progress, LiveApprover(ctx, allowed) if can_elicit(ctx) else None)
     finally:
         progress.close()
 
