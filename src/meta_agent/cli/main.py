@@ -64,6 +64,8 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line (design.md §2.1). Longer than ~60 lines on purpose: one declarative table of every command
+    and option reads better whole than cut into pieces."""
     common = _Parser(add_help=False)
     # SUPPRESS: an option given before the command is not reset by the command's own parser.
     common.add_argument(
