@@ -237,15 +237,20 @@ async def test_a_parked_run_nobody_resumes_is_reaped_with_its_child_calls(
         structlog.configure(**old)
 
 
-async def test_approval_over_a_stdio_subprocess(llm: FakeLLM, tmp_path: Any) -> None:
+def serve_on_stdio(llm: FakeLLM, tmp_path: Any) -> StdioServerParameters:
+    """`meta-agent serve` on stdio as a subprocess, with the fault server as child `f` and the fake model."""
     config = tmp_path / "servers.json"
     fault = fault_entry()
     config.write_text(json.dumps({"mcpServers": {"f": {"command": fault.command, "args": list(fault.args)}}}))
-    params = StdioServerParameters(
+    return StdioServerParameters(
         command=sys.executable,
         args=["-m", "meta_agent", "serve", "--config", str(config)],
         env=openai_env(llm, model="openai:fake-model", base=os.environ),
     )
+
+
+async def test_approval_over_a_stdio_subprocess(llm: FakeLLM, tmp_path: Any) -> None:
+    params = serve_on_stdio(llm, tmp_path)
     llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/x"})))
     llm.reply(openai_reply("done"))
     user = User(accept("allow_once"))
@@ -257,14 +262,7 @@ async def test_approval_over_a_stdio_subprocess(llm: FakeLLM, tmp_path: Any) -> 
 
 async def test_on_2026_07_28_over_stdio_allow_for_the_session_lasts_the_process(llm: FakeLLM, tmp_path: Any) -> None:
     """A stdio server serves one user's session: a later call of the same process is not asked again."""
-    config = tmp_path / "servers.json"
-    fault = fault_entry()
-    config.write_text(json.dumps({"mcpServers": {"f": {"command": fault.command, "args": list(fault.args)}}}))
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "meta_agent", "serve", "--config", str(config)],
-        env=openai_env(llm, model="openai:fake-model", base=os.environ),
-    )
+    params = serve_on_stdio(llm, tmp_path)
     for path in ("/x", "/y"):
         llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": path})))
         llm.reply(openai_reply(f"done with {path}"))
