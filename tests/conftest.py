@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -215,3 +216,29 @@ async def cancel_while_hanging(client: Any) -> ProgressLog:
         await progress.until("call f.hang")
         tg.cancel_scope.cancel()
     return progress
+
+
+class ServerLog:
+    """Reads a server's stderr on a thread (so the pipe never fills) and lets a test wait for a line."""
+
+    def __init__(self, stream: Any) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    def count(self, text: str) -> int:
+        with self._changed:
+            return sum(text in line for line in self.lines)
+
+    def wait_for(self, text: str, *, more_than: int = 0, timeout: float = 30) -> None:
+        """Block until more than `more_than` lines contain `text`."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: sum(text in x for x in self.lines) > more_than, timeout):
+                raise AssertionError(f"{text!r} not in the server's log")

@@ -26,7 +26,7 @@ from mcp.server.mcpserver import Context
 from test_transports import ServerLog
 
 from meta_agent.config import Settings
-from meta_agent.front import approvals
+from meta_agent.front import approvals, parked
 from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio
@@ -199,7 +199,7 @@ async def test_on_2026_07_28_allow_for_the_session_lasts_the_connection(llm: Fak
 async def test_a_parked_run_nobody_resumes_is_reaped_with_its_child_calls(
     llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(approvals, "PARK_TIMEOUT", 0.5)
+    monkeypatch.setattr(parked, "PARK_TIMEOUT", 0.5)
     reaped = anyio.Event()
     hang_cancelled = anyio.Event()
 
@@ -450,3 +450,193 @@ async def test_on_2026_07_28_over_http_allow_for_the_session_lasts_the_conversat
         assert third.content[0].text == "done with /c"  # type: ignore[union-attr]
     assert len(user.asked) == 2  # ...is asked again
     assert tool_message(llm).startswith("[error] the user did not allow f.delete_file (denied)")
+
+
+class Someone:
+    """An elicitation callback that answers every question (approvals and children's alike) from a list, in order,
+    and remembers what it was asked."""
+
+    def __init__(self, *answers: t.ElicitResult) -> None:
+        self.answers = list(answers)
+        self.asked: list[str] = []
+
+    async def __call__(self, _ctx: Any, params: Any) -> t.ElicitResult:
+        self.asked.append(params.message)
+        return self.answers.pop(0)
+
+
+SURE = t.ElicitResult(action="accept", content={"sure": True})
+DECLINE = t.ElicitResult(action="decline")
+CHILD_QUESTIONS = {
+    # child era: (its entry, the tool that asks, what it asks, an answer, what the child makes of it, of a decline)
+    "2026-07-28": (fault_entry(), "f__confirm", "Are you sure?", SURE, "sure=True", "no answer (decline)"),
+    "2025-11-25": (
+        everything_entry(trust={"trigger-elicitation-request": "always"}),
+        "f__trigger-elicitation-request",
+        "Please provide inputs for the following fields:",
+        t.ElicitResult(action="accept", content={"name": "Ada"}),
+        '"name": "Ada"',
+        '"action": "decline"',
+    ),
+}
+
+
+@pytest.mark.parametrize("child_era", list(CHILD_QUESTIONS))
+@pytest.mark.parametrize("accepted", [True, False], ids=["accept", "decline"])
+async def test_a_childs_question_reaches_a_2026_caller_as_a_round_and_its_answer_the_child(
+    child_era: str, accepted: bool, llm: FakeLLM
+) -> None:
+    """The 2026-07-28 caller's SDK drives the rounds: the child's question is asked of its user as the child put it,
+    and the user's answer, accept or decline, is what the child gets."""
+    entry, tool, asks, answer, accepted_said, declined_said = CHILD_QUESTIONS[child_era]
+    server = build_server(Settings(model="openai:fake-model"), {"f": entry}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", tool, {})))
+    llm.reply(openai_reply("ok"))
+    user = Someone(answer if accepted else DECLINE)
+    async with Client(server, elicitation_callback=user) as client:
+        assert client.protocol_version == "2026-07-28"
+        with anyio.fail_after(60):
+            result = await client.call_tool("agent", {"task": "ask me"})
+    assert result.content[0].text == "ok"  # type: ignore[union-attr]
+    assert user.asked == [asks]
+    assert (accepted_said if accepted else declined_said) in tool_message(llm)
+
+
+async def test_a_childs_question_round_carries_its_request_as_it_came_and_counts_once(llm: FakeLLM) -> None:
+    """Rounds driven by hand: the child's question is the round's "question" request, its schema the child's; an
+    answer under another key is a decline for the child, and the same answer sent again counts for nothing."""
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__confirm", {})))
+    llm.reply(openai_reply("ok"))
+    async with Client(server, elicitation_callback=Someone()) as client:
+
+        async def round_(state: str | None = None, responses: dict[str, Any] | None = None) -> Any:
+            return await client.session.call_tool(
+                "agent", {"task": "t"}, allow_input_required=True, input_responses=responses, request_state=state
+            )
+
+        first = await round_()
+        assert isinstance(first, t.InputRequiredResult) and first.input_requests is not None
+        asked = first.input_requests["question"]
+        assert list(first.input_requests) == ["question"] and isinstance(asked, t.ElicitRequest)
+        assert isinstance(asked.params, t.ElicitRequestFormParams) and asked.params.message == "Are you sure?"
+        assert asked.params.requested_schema["properties"]["sure"]["type"] == "boolean"
+        last = await round_(first.request_state, {"approval": SURE})  # not under "question": no answer
+        assert isinstance(last, t.CallToolResult) and last.content[0].text == "ok"  # type: ignore[union-attr]
+        replay = await round_(first.request_state, {"question": SURE})
+        assert isinstance(replay, t.CallToolResult) and replay.is_error
+        assert "no longer pending" in replay.content[0].text  # type: ignore[union-attr]
+    assert tool_message(llm) == "no answer (decline)"
+
+
+async def test_an_approval_and_a_childs_question_in_one_call_are_asked_in_order(llm: FakeLLM) -> None:
+    server = build_server(Settings(model="openai:fake-model"), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/a"})))
+    llm.reply(openai_reply(None, ("c2", "f__confirm", {})))
+    llm.reply(openai_reply("both done"))
+    user = Someone(accept("allow_once"), SURE)
+    progress = ProgressLog()
+    async with Client(server, elicitation_callback=user) as client:
+        result = await client.call_tool("agent", {"task": "delete, then confirm"}, progress_callback=progress)
+    assert result.content[0].text == "both done"  # type: ignore[union-attr]
+    assert user.asked == [
+        'meta-agent wants to run f.delete_file (destructive) with {"path": "/a"}. Allow it?',
+        "Are you sure?",
+    ]
+    assert [m["content"] for m in llm.requests[-1].body["messages"] if m["role"] == "tool"] == [
+        "deleted /a",
+        "sure=True",
+    ]
+    counts = [p for p, _, _ in progress.seen]  # progress went on through the three rounds, counting up
+    assert counts == sorted(set(counts)) and progress.messages[-1] == "done · final (3 model calls, 2 tool calls)"
+
+
+async def test_over_http_a_childs_question_reaches_a_2026_caller(http_url: str, llm: FakeLLM) -> None:
+    llm.reply(openai_reply(None, ("c1", "f__confirm", {})))
+    llm.reply(openai_reply("confirmed"))
+    user = Someone(SURE)
+    headers = {"Authorization": f"Bearer {HTTP_TOKEN}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
+        Client(streamable_http_client(http_url, http_client=http), elicitation_callback=user) as client,
+    ):
+        assert client.protocol_version == "2026-07-28"
+        result = await client.call_tool("agent", {"task": "confirm"})
+    assert result.content[0].text == "confirmed"  # type: ignore[union-attr]
+    assert user.asked == ["Are you sure?"] and tool_message(llm) == "sure=True"
+
+
+@pytest.mark.parametrize("child_era", list(CHILD_QUESTIONS))
+async def test_a_2026_caller_that_cannot_be_asked_gets_its_child_declined(child_era: str, llm: FakeLLM) -> None:
+    entry, tool, _asks, _answer, _accepted_said, declined_said = CHILD_QUESTIONS[child_era]
+    server = build_server(Settings(model="openai:fake-model"), {"f": entry}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", tool, {})))
+    llm.reply(openai_reply("ended"))
+    async with Client(server) as client:  # 2026-07-28, declaring no elicitation
+        with anyio.fail_after(60):
+            result = await client.call_tool("agent", {"task": "ask me"})
+    assert result.content[0].text == "ended"  # type: ignore[union-attr]
+    assert declined_said in tool_message(llm)
+
+
+@pytest.mark.parametrize("sampling", [True, False], ids=["sampling", "no-sampling"])
+async def test_a_childs_sampling_reaches_a_2026_caller_that_declared_it(sampling: bool, llm: FakeLLM) -> None:
+    """server-everything's trigger-sampling-request asks *us* for a completion: a round for a caller that declared
+    sampling, whose model's answer the child gets; an error for the child otherwise."""
+    entry = everything_entry(trust={"trigger-sampling-request": "always"})
+    server = build_server(Settings(model="openai:fake-model"), {"f": entry}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__trigger-sampling-request", {"prompt": "hello"})))
+    llm.reply(openai_reply("sampled"))
+    prompts: list[str] = []
+
+    async def model(_ctx: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+        prompts.append(params.messages[0].content.text)  # type: ignore[union-attr]
+        text = t.TextContent(type="text", text="the host's model says hi")
+        return t.CreateMessageResult(role="assistant", content=text, model="host-model")
+
+    options: dict[str, Any] = {"sampling_callback": model} if sampling else {}
+    async with Client(server, elicitation_callback=Someone(), **options) as client:
+        with anyio.fail_after(60):
+            result = await client.call_tool("agent", {"task": "sample"})
+    assert result.content[0].text == "sampled"  # type: ignore[union-attr]
+    told = tool_message(llm)
+    if sampling:
+        assert prompts == ["Resource trigger-sampling-request context: hello"]
+        assert "the host's model says hi" in told
+    else:
+        assert told.startswith("[error]") and "it declared no sampling capability" in told
+
+
+async def test_a_childs_question_nobody_answers_reaps_the_run(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2025-11-25 child asks from its own task, outside the run: unanswered, its question still reaps the run, and
+    a late answer is refused."""
+    monkeypatch.setattr(parked, "PARK_TIMEOUT", 0.5)
+    reaped = anyio.Event()
+
+    def watch(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("event") == "parked_run_reaped":
+            reaped.set()
+        raise structlog.DropEvent
+
+    entry, tool, *_ = CHILD_QUESTIONS["2025-11-25"]
+    server = build_server(Settings(model="openai:fake-model"), {"f": entry}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", tool, {})))
+    old = structlog.get_config()
+    structlog.configure(processors=[watch])
+    try:
+        async with Client(server, elicitation_callback=Someone()) as client:
+            first = await client.session.call_tool("agent", {"task": "t"}, allow_input_required=True)
+            assert isinstance(first, t.InputRequiredResult) and list(first.input_requests or {}) == ["question"]
+            with anyio.fail_after(20):
+                await reaped.wait()
+            late = await client.session.call_tool(
+                "agent",
+                {"task": "t"},
+                allow_input_required=True,
+                input_responses={"question": DECLINE},
+                request_state=first.request_state,
+            )
+            assert isinstance(late, t.CallToolResult) and late.is_error
+            assert "no longer pending" in late.content[0].text  # type: ignore[union-attr]
+    finally:
+        structlog.configure(**old)

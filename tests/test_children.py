@@ -16,8 +16,9 @@ import structlog
 from conftest import Changes, everything_entry, everything_over_http, fault_entry, pid_alive, time_entry
 
 from meta_agent.children import stderr as stderr_module
+from meta_agent.children.pool import ChildPool
 from meta_agent.children.stderr import LINE_MAX, stderr_pipe
-from meta_agent.children.supervisor import ChildPool, ChildServer
+from meta_agent.children.supervisor import ChildServer
 from meta_agent.config import ServerEntry, ToolFilter
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
 

@@ -230,8 +230,9 @@ def test_config_comes_from_the_environment(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout) == (0, f"{config}: 0 servers\n")
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_signal_stops_every_child(tmp_path: Path, marker: str, signum: int, code: int) -> None:
+    """SIGHUP too: only `serve` reloads on it (tests/test_reload.py)."""
     config = write_config(
         tmp_path,
         {"ready": fault(marker), "stubborn": fault(marker, "--stubborn"), "stuck": fault(marker, "--never-start")},

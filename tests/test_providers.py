@@ -16,7 +16,7 @@ from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
 from mcp import Client
 from wire_rules import chat_problem, messages_problems
 
-from meta_agent.children.supervisor import ChildPool
+from meta_agent.children.pool import ChildPool
 from meta_agent.config import Settings
 from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.messages import (

@@ -7,7 +7,7 @@ import re
 import pytest
 from conftest import everything_entry, fault_entry, time_entry
 
-from meta_agent.children.supervisor import ChildPool
+from meta_agent.children.pool import ChildPool
 from meta_agent.config import Settings, ToolFilter
 from meta_agent.core.tools import ToolHints, ToolSpec
 from meta_agent.engine import LEFT_OUT, Engine
@@ -141,6 +141,7 @@ async def test_a_toolbox_of_real_children() -> None:
         "f.huge",
         "f.delete_file",
         "f.mutate",
+        "f.grow",
         "f.peak",
         "f.image",
     }

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import anyio
 import httpx2
 import mcp.types as t
 import pytest
-from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, cancel_while_hanging, free_port, openai_env
+from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, ServerLog, cancel_while_hanging, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -73,32 +72,6 @@ async def test_stdio_subprocess(mode: str, llm: FakeLLM, config: Path) -> None:
         box = json.loads((await client.read_resource("meta-agent://toolbox")).contents[0].text)  # type: ignore[union-attr]
         assert {s["name"]: s["status"] for s in box["servers"]} == {"f": "ready", "every": "ready"}
     assert stray == []
-
-
-class ServerLog:
-    """Reads a server's stderr on a thread (so the pipe never fills) and lets a test wait for a line."""
-
-    def __init__(self, stream: Any) -> None:
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: Any) -> None:
-        for line in stream:
-            with self._changed:
-                self.lines.append(line)
-                self._changed.notify_all()
-
-    def count(self, text: str) -> int:
-        with self._changed:
-            return sum(text in line for line in self.lines)
-
-    def wait_for(self, text: str, *, more_than: int = 0, timeout: float = 30) -> None:
-        """Block until more than `more_than` lines contain `text`."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: sum(text in x for x in self.lines) > more_than, timeout):
-                raise AssertionError(f"{text!r} not in the server's log")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,10 @@
 """What `meta-agent serve` and `meta-agent run` share: the children, the internal tools, the model, and how a
 run is set up from a caller's arguments. `async with Engine(...)` starts the children; leaving stops them.
+
+An engine given its `config_file` follows it while it runs (`meta-agent serve`): a change to the file, or
+`request_reload()` (SIGHUP), reloads it; a valid edit starts, stops and restarts children (`ChildPool.reconcile`), an
+invalid one changes nothing and is told (`config_problem`, the toolbox). Whoever shows the toolbox hears when it
+changes (`on_toolbox_change`).
 """
 
 from __future__ import annotations
@@ -8,16 +13,17 @@ import dataclasses
 import fnmatch
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 import structlog
 
+from meta_agent.children.pool import ChildPool
 from meta_agent.children.questions import Questions
-from meta_agent.children.supervisor import ChildPool, ChildServer, ChildStatus
-from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
+from meta_agent.children.supervisor import ChildServer, ChildStatus
+from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings, load_servers
 from meta_agent.core import events as ev
 from meta_agent.core.events import Emit, Event
 from meta_agent.core.limits import DEFAULT_PLAN_STEPS, Limits
@@ -40,6 +46,10 @@ from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, withheld_ch
 
 log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
+# How often a followed config file (and the trust file) is looked at; a look is one stat() of each.
+FOLLOW_INTERVAL = 1.0
+# A file seen changing is read once it has stayed the same this long: an editor's save can take several writes.
+SETTLE_INTERVAL = 0.1
 
 
 class Engine:
@@ -53,11 +63,16 @@ class Engine:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         trust_file: Path | None = None,
         provider: Provider | None = None,
+        config_file: Path | None = None,
+        redact: Redactor | None = None,
     ) -> None:
         """`environ` (the process's own unless given) holds the providers' API keys and endpoints, which traces
         redact. `trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes, and while
         it cannot be read, recorded levels stop applying (`trust_problem` says why; the toolbox shows it). `provider`,
         where given, is the model of every run instead of the one the settings name (benchmarks, embedding).
+        `config_file`, where given, is the servers.json that `servers` came from, followed while the engine runs.
+        `redact` hides secrets in traces (one is made from `environ`, `servers` and the HTTP token if not given); a
+        reload teaches it the secrets of the servers it adds.
 
         Raises:
             ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
@@ -76,27 +91,90 @@ class Engine:
         self._provider_lock = anyio.Lock()
         self.trace_dir = settings.trace_dir or default_trace_dir()
         self.conversations = Conversations(settings.conversations_db or default_conversations_path())
-        self._redact = Redactor.of(environ, servers, settings.http_token)
+        self._redact = redact or Redactor.of(environ, servers, settings.http_token)
         self._trust_file = trust_file
         self._trust_stamp: tuple[int, ...] | None = None
         self._recorded: dict[str, Recorded] = {}
         self.trust_problem: str | None = None  # why the trust file cannot be read, while it cannot
         self._read_trust_file(starting=True)
+        self._config_file = config_file
+        self._config_stamp = None if config_file is None else _stamp(config_file)
+        self.config_problem: str | None = None  # why the followed config file cannot be used, while it cannot
+        self._reload_now = anyio.Event()
+        self._listeners: list[Callable[[], None]] = []
+        self._background: anyio.abc.TaskGroup | None = None  # follows the config file
 
     async def __aenter__(self) -> Engine:
         removed = prune_traces(self.trace_dir, self.settings.trace_max_age_days)
         if removed:
             log.info("traces_pruned", removed=removed, older_than_days=self.settings.trace_max_age_days)
         await self.pool.__aenter__()
+        if self._config_file is not None:
+            self._background = anyio.create_task_group()
+            await self._background.__aenter__()
+            self._background.start_soon(self._follow_config)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
+        if self._background is not None:  # it never raises: leaving it as if its body ended reports nothing
+            self._background.cancel_scope.cancel()
+            await self._background.__aexit__(None, None, None)
         try:
             if self._provider is not None:
                 await self._provider.aclose()
         finally:
             self.conversations.close()
             await self.pool.__aexit__(*exc_info)
+
+    def on_toolbox_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (at once, on the event loop; it must not raise or block) whenever the toolbox changes: a
+        child starts, dies or changes its tools, the trust file or the config file changes or cannot be read."""
+        self._listeners.append(listener)
+
+    def request_reload(self) -> None:
+        """Read the followed config file again now, changed or not (SIGHUP)."""
+        self._reload_now.set()
+
+    def reload_config(self) -> None:
+        """Read the followed config file and make the children those it names. An invalid file changes nothing: one
+        log line names the file, the JSON path and the problem, and `config_problem` says it until it is fixed."""
+        assert self._config_file is not None, "reload an engine that follows a config file"
+        try:
+            servers = load_servers(self._config_file, self.environ)
+        except ConfigError as exc:
+            self.config_problem = f"{exc}; the servers configured before go on unchanged until it is fixed"
+            log.warning("config_invalid", path=str(self._config_file), error=str(exc))
+            self._changed()
+            return
+        self.config_problem = None
+        self._redact.learn(servers)
+        changes = self.pool.reconcile(servers)
+        log.info(
+            "config_reloaded",
+            path=str(self._config_file),
+            added=list(changes.added),
+            removed=list(changes.removed),
+            restarted=list(changes.restarted),
+        )
+        self._changed()
+
+    async def _follow_config(self) -> None:
+        """Reload the config file when it changes or a reload is asked for; look at the trust file as often, so
+        that whoever shows the toolbox hears of a change to it too."""
+        assert self._config_file is not None
+        while True:
+            with anyio.move_on_after(FOLLOW_INTERVAL):
+                await self._reload_now.wait()
+            asked, self._reload_now = self._reload_now.is_set(), anyio.Event()
+            self._read_trust_file()
+            if asked or _stamp(self._config_file) != self._config_stamp:
+                self._config_stamp = await _settled_stamp(self._config_file)
+                self.reload_config()
+
+    def _changed(self) -> None:
+        self._toolbox = None
+        for listener in self._listeners:
+            listener()
 
     def toolbox(self) -> Toolbox:
         """The current toolbox; rebuilt after a child starts, dies or restarts, or the trust file changes."""
@@ -121,7 +199,10 @@ class Engine:
             if not starting:  # at the start the owner says it (the command line refuses to serve with it)
                 log.warning("trust_file_unreadable", path=str(self._trust_file), error=str(exc))
         self._trust_stamp = stamp
-        self._toolbox = None
+        if starting:
+            self._toolbox = None
+        else:
+            self._changed()
 
     def describe(self) -> dict[str, Any]:
         """The toolbox as JSON: each child with its status, each tool with names, annotations, trust and `enabled`;
@@ -132,10 +213,13 @@ class Engine:
             "servers": [_status_json(child) for child in self.pool],
             "tools": [_tool_json(spec) for spec in toolbox.tools]
             + [_tool_json(spec, why) for spec, why in self.withheld_specs()],
-            "problems": list(toolbox.problems),
+            "problems": list(toolbox.problems) + ([self.config_problem] if self.config_problem else []),
             "trust_file": None
             if self._trust_file is None
             else {"path": str(self._trust_file), "problem": self.trust_problem},
+            "config_file": None
+            if self._config_file is None
+            else {"path": str(self._config_file), "problem": self.config_problem},
         }
 
     def withheld_specs(self) -> list[tuple[ToolSpec, str]]:
@@ -340,7 +424,7 @@ class Engine:
         return f" (the tools are: {names})" if names else " (there are no tools)"
 
     def _child_changed(self, _child: ChildServer) -> None:
-        self._toolbox = None
+        self._changed()
 
 
 def _stamp(path: Path) -> tuple[int, ...] | None:
@@ -351,6 +435,17 @@ def _stamp(path: Path) -> tuple[int, ...] | None:
     except OSError:
         return None
     return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+async def _settled_stamp(path: Path) -> tuple[int, ...] | None:
+    """The file's stamp once two looks `SETTLE_INTERVAL` apart agree (a save in progress is not read half-way)."""
+    stamp = _stamp(path)
+    while True:
+        await anyio.sleep(SETTLE_INTERVAL)
+        again = _stamp(path)
+        if again == stamp:
+            return stamp
+        stamp = again
 
 
 def _not_ready(status: ChildStatus) -> str:

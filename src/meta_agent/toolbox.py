@@ -26,7 +26,7 @@ from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.policy import TrustLevel, stricter, trust_level, visible
 from meta_agent.core.result import Mode
 from meta_agent.core.tools import InternalTool, ProgressFn, ToolHints, ToolOutcome, ToolSpec
-from meta_agent.errors import PatternError
+from meta_agent.errors import ChildUnavailable, PatternError
 from meta_agent.records.trustfile import Recorded, definition_hash
 from meta_agent.text import one_line
 
@@ -314,7 +314,9 @@ class ToolCaller:
             if run is None:
                 return ToolOutcome(parts=(TextPart(text=f"{spec.name} is not available"),), is_error=True)
             return await run(arguments)
-        child = self._children[spec.server]
+        child = self._children.get(spec.server)
+        if child is None:  # a reload removed it while the run went on with the tools it started with
+            raise ChildUnavailable(spec.server, "the server was removed from the configuration")
         result = await child.call(spec.tool, arguments, on_progress=on_progress, questions=self._questions)
         return outcome_of(result)
 

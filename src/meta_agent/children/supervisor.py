@@ -9,13 +9,18 @@ own process group, ended whole when its connection ends, so no grandchild outliv
 our log line by line, and the pipe closing is how a dead stdio child is noticed between calls (stderr.py); why a
 child failed is told in one line (failures.py); a child's questions during a call go to that call's caller
 (questions.py).
+
+We hear that a child's tools changed as its era says: a 2025-11-25 child sends `notifications/tools/list_changed`,
+a 2026-07-28 child sends it on the `subscriptions/listen` stream its supervisor keeps open. The children run in a
+`ChildPool` (pool.py), which also retires a child whose entry a reload removed or changed.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -27,7 +32,9 @@ import pydantic
 import structlog
 from anyio.abc import TaskStatus
 from mcp import Client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from meta_agent.children.connect import Hooks, connect, list_all_tools
 from meta_agent.children.failures import Clues, describe_exception, describe_failure, first_error
@@ -50,6 +57,10 @@ BACKOFF_CAP = 30.0
 STABLE_AFTER = 60.0
 # How long a liveness probe may take after a stdio child closed its stderr.
 PROBE_TIMEOUT = 5.0
+# A 2026-07-28 child's listen stream that drops is opened again after this (its tools are listed again then).
+RELISTEN_AFTER = 1.0
+# What a retired child's calls in flight get beyond their own timeout before its connection is closed.
+RETIRE_GRACE = 1.0
 
 ChildState = Literal["starting", "ready", "restarting", "failed", "disabled"]
 
@@ -108,6 +119,10 @@ class ChildServer:
         self._identity: tuple[str | None, str | None, str | None] = (None, None, None)
         self._clues = Clues()  # what the current connection's child said that can explain its failure
         self._relay = QuestionRelay(name)
+        self._retired: str | None = None  # why new calls are refused: the entry was removed or changed
+        self._calls = 0  # calls in flight
+        self._idle = anyio.Event()  # set while no call is in flight
+        self._idle.set()
         if entry.disabled:
             self.settled.set()
 
@@ -171,17 +186,21 @@ class ChildServer:
             ChildProtocolError: the child answered with a JSON-RPC error or a malformed result.
         """
         client, lost = self._client, self._lost
+        if self._retired is not None:
+            raise ChildUnavailable(self.name, self._retired)
         if client is None or self._state != "ready":
             raise ChildUnavailable(self.name, self._unavailable_reason())
         if not any(offered.name == tool for offered in self._tools):
             raise ChildUnavailable(self.name, f"{tool} is not offered (not listed, or withheld by tools.allow/deny)")
         timeout = self.entry.timeout
         try:
-            with self._relay.calling(questions):
+            with self._in_flight(), self._relay.calling(questions):
                 return await client.call_tool(
                     tool, dict(arguments), read_timeout_seconds=timeout, progress_callback=on_progress
                 )
         except MCPError as exc:
+            if self.retired is not None and exc.code == t.CONNECTION_CLOSED:
+                raise ChildDied(self.name, f"{self.retired}; {tool} was still running after its timeout") from None
             if exc.code == t.CONNECTION_CLOSED:
                 self._down(f"connection closed during {tool}", lost)
                 raise ChildDied(self.name, f"the server's connection closed during {tool}; restarting it") from None
@@ -196,6 +215,32 @@ class ChildServer:
             raise ChildDied(self.name, f"the connection was lost during {tool}; restarting it") from None
         except Exception as exc:  # e.g. a result that breaks the tool's own outputSchema: the SDK raises RuntimeError
             raise ChildProtocolError(self.name, f"{tool} failed: {describe_exception(exc)}") from None
+
+    @contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        self._calls += 1
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        try:
+            yield
+        finally:
+            self._calls -= 1
+            if self._calls == 0:
+                self._idle.set()
+
+    @property
+    def retired(self) -> str | None:
+        """Why the child refuses new calls for good (its entry was removed or changed); None while it is in use."""
+        return self._retired
+
+    def retire(self, why: str) -> None:
+        """Refuse new calls from now on, saying `why` (the entry was removed or changed); `drained` tells when the
+        calls in flight are over."""
+        self._retired = why
+
+    async def drained(self) -> None:
+        """Return once no call is in flight, or once the longest a call may still take has passed."""
+        with anyio.move_on_after(self.entry.timeout + RETIRE_GRACE):
+            await self._idle.wait()
 
     # -- supervision ---------------------------------------------------------------------------------------
 
@@ -225,7 +270,7 @@ class ChildServer:
         try:
             async with anyio.create_task_group() as tg:
                 timer = await tg.start(self._give_up_start, tg.cancel_scope)
-                async with connect(self.entry, self._hooks()) as client:
+                async with connect(self.entry, self._hooks()) as client, self._listening(client):
                     tools = await list_all_tools(client)
                     timer.cancel()
                     if self._lost.is_set():  # the deadline came as the answer did: the start was given up already
@@ -275,6 +320,46 @@ class ChildServer:
             if self._want_relist and not lost.is_set():
                 self._want_relist = False
                 await self._relist(client, lost)
+
+    @asynccontextmanager
+    async def _listening(self, client: Client) -> AsyncIterator[None]:
+        """While inside, a 2026-07-28 child's tool changes are heard: its listen stream is open (acknowledged) before
+        its tools are first listed, so no change can fall between the two."""
+        if not _hears_tool_changes(client):
+            yield
+            return
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._listen, client, self._lost)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _listen(
+        self, client: Client, lost: anyio.Event, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The child's `subscriptions/listen` stream of tool changes, for as long as the connection lasts; started
+        once the first stream is acknowledged (or cannot be had). The stream has no replay: one that drops is opened
+        again, and the tools are listed again, as a change may have been missed meanwhile."""
+        started = False
+        while not lost.is_set():
+            try:
+                async with client.listen(tools_list_changed=True) as changes:
+                    if started:
+                        self._ask_supervisor(relist=True)
+                    else:
+                        task_status.started()
+                        started = True
+                    async for _ in changes:
+                        self._ask_supervisor(relist=True)
+                break  # the child ended the stream on purpose: it will send no more
+            except SubscriptionLost:
+                await anyio.sleep(RELISTEN_AFTER)
+            except (ListenNotSupportedError, MCPError, TimeoutError) as exc:
+                log.info("child_changes_unheard", server=self.name, error=describe_exception(exc))
+                break
+        if not started:
+            task_status.started()
 
     def _ask_supervisor(self, *, probe: str = "", relist: bool = False) -> None:
         self._want_probe = self._want_probe or probe
@@ -358,49 +443,8 @@ class ChildServer:
         return f"the server is {status.state}{detail}"
 
 
-class ChildPool:
-    """Every configured child, supervised in one task group; `async with` starts them, leaving stops them all."""
-
-    def __init__(
-        self,
-        servers: Mapping[str, ServerEntry],
-        *,
-        restart: bool = True,
-        start_timeout: float = START_TIMEOUT,
-        on_change: Callable[[ChildServer], None] | None = None,
-    ) -> None:
-        self.children = {
-            name: ChildServer(name, entry, restart=restart, start_timeout=start_timeout, on_change=on_change)
-            for name, entry in servers.items()
-        }
-        self._tg: anyio.abc.TaskGroup | None = None
-
-    def __iter__(self) -> Iterator[ChildServer]:
-        return iter(self.children.values())
-
-    def __getitem__(self, name: str) -> ChildServer:
-        return self.children[name]
-
-    async def __aenter__(self) -> ChildPool:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        for child in self:
-            self._tg.start_soon(child.supervise, name=f"supervise {child.name}")
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        # Supervisors never raise, so there is nothing of theirs to report: leaving the group as if its body had
-        # ended lets an exception of the body propagate as itself, not wrapped in an ExceptionGroup.
-        await self._tg.__aexit__(None, None, None)
-
-    async def wait_settled(self, names: Iterable[str] | None = None) -> None:
-        """Wait until each child of `names` (default: every child) has connected or failed once: at most until the
-        start deadline of its current attempt (its start timeout from when that attempt began), never forever."""
-        for child in self if names is None else (self.children[name] for name in names):
-            deadline = child.start_deadline
-            if deadline is None:  # its supervisor has not begun the first attempt yet: it does so at once
-                deadline = anyio.current_time() + child.start_timeout
-            with anyio.CancelScope(deadline=deadline + SETTLE_GRACE):
-                await child.settled.wait()
+def _hears_tool_changes(client: Client) -> bool:
+    """Whether the child speaks 2026-07-28 and says its tools can change: only then is there a stream to listen to
+    (a 2025-11-25 child's notifications come on the connection itself)."""
+    tools = client.server_capabilities.tools if client.server_capabilities else None
+    return bool(tools and tools.list_changed) and client.protocol_version in MODERN_PROTOCOL_VERSIONS

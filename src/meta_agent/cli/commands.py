@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import structlog
 
-from meta_agent.children.supervisor import ChildPool
+from meta_agent.children.pool import ChildPool
 from meta_agent.cli.asking import approver_for
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, LiveView, check_line, fail, note, paint_for, print_toolbox
 from meta_agent.config import ServerEntry, Settings, check_glob

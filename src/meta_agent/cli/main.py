@@ -4,7 +4,8 @@ imported only when it runs, so `--help` and bad input answer without loading the
 
 Exit codes: 0 success; 1 a check or a run failed; 2 bad input (config, settings, arguments, no model); 128 + N
 stopped by signal N (130 for Ctrl-C, 143 for SIGTERM), whether or not the host keeps our stdin open, and always after
-every child's whole process group has been ended.
+every child's whole process group has been ended. SIGHUP stops every command but `serve`, which reloads servers.json
+on it (cli/serving.py).
 """
 
 from __future__ import annotations
@@ -152,18 +153,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     default_level = "info" if args.command == "serve" else "warning"
     configure_logging(getattr(args, "log_level", None) or settings.log_level or default_level)
     try:
-        return _quietly_on_a_closed_pipe(anyio.run, _until_signalled, _command(args), args, settings, servers)
+        command, stops = _command(args)
+        return _quietly_on_a_closed_pipe(anyio.run, _until_signalled, stops, command, args, settings, servers)
     except KeyboardInterrupt:  # on Windows; elsewhere only a Ctrl-C before the signal receiver was in place
         note("stopped by SIGINT")
         return EXIT_SIGNALLED + signal.SIGINT
 
 
-def _command(args: argparse.Namespace) -> Command:
-    """The command to run, imported now: each brings the MCP SDK, and `serve` its server, with it."""
+def _command(args: argparse.Namespace) -> tuple[Command, tuple[signal.Signals, ...]]:
+    """The command to run, imported now (each brings the MCP SDK, and `serve` its server, with it), and the signals
+    that stop it."""
     if args.command == "serve":
         from meta_agent.cli import serving
 
-        return serving.serve_on_http if args.transport == "http" else serving.serve_on_stdio
+        command = serving.serve_on_http if args.transport == "http" else serving.serve_on_stdio
+        return command, serving.keep_reload_signal(SIGNALS)
     from meta_agent.cli import commands
 
     named = {
@@ -172,7 +176,7 @@ def _command(args: argparse.Namespace) -> Command:
         "check": commands.check_servers,
         "trust": commands.record_trust,
     }
-    return named[args.command]
+    return named[args.command], SIGNALS
 
 
 def _quietly_on_a_closed_pipe(function: Callable[..., int], *args: Any) -> int:
@@ -184,12 +188,12 @@ def _quietly_on_a_closed_pipe(function: Callable[..., int], *args: Any) -> int:
         return EXIT_FAILED
 
 
-async def _until_signalled(command: Command, *args: Any) -> int:
-    """Run `command`; the first SIGINT, SIGTERM or SIGHUP cancels it. Signals stay caught until the command has
-    finished unwinding, so a second one cannot interrupt the stopping of the children; it says which are left."""
+async def _until_signalled(stops: tuple[signal.Signals, ...], command: Command, *args: Any) -> int:
+    """Run `command`; the first signal of `stops` cancels it. Signals stay caught until the command has finished
+    unwinding, so a second one cannot interrupt the stopping of the children; it says which are left."""
     received: list[int] = []
     result, broken_pipe = 0, False
-    with _signal_receiver() as signals:
+    with _signal_receiver(stops) as signals:
         async with anyio.create_task_group() as tg:
             with anyio.CancelScope() as work:
 
@@ -216,12 +220,12 @@ async def _until_signalled(command: Command, *args: Any) -> int:
 
 
 @contextmanager
-def _signal_receiver() -> Iterator[AsyncIterator[int]]:
-    """The signals of SIGNALS as they come; where there are none to catch (Windows), a stream that ends at once."""
-    if not SIGNALS:
+def _signal_receiver(stops: tuple[signal.Signals, ...]) -> Iterator[AsyncIterator[int]]:
+    """The signals of `stops` as they come; where there are none to catch (Windows), a stream that ends at once."""
+    if not stops:
         yield _no_signals()
         return
-    with anyio.open_signal_receiver(*SIGNALS) as signals:
+    with anyio.open_signal_receiver(*stops) as signals:
         yield signals
 
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
+import anyio
 import structlog
 
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, fail
@@ -20,6 +25,12 @@ from meta_agent.errors import ConfigError
 MAX_PORT = 65535
 LISTEN_BACKLOG = 2048  # uvicorn's default: connections queue here while the server is still starting up
 
+if TYPE_CHECKING:
+    from meta_agent.front.server import MetaAgentServer
+
+# The signal that reloads servers.json while serving (there is none on Windows, where a change to the file still does).
+RELOAD_SIGNAL: signal.Signals | None = None if sys.platform == "win32" else signal.SIGHUP
+
 log = structlog.get_logger(__name__)
 
 
@@ -28,7 +39,9 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
     from meta_agent.front.server import build_server
     from meta_agent.front.stdio import serve_stdio
 
-    await serve_stdio(build_server(settings, servers, os.environ, trust_file=args.trust_file))
+    server = build_server(settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config)
+    async with _reloading_on_hangup(server):
+        await serve_stdio(server)
     return 0
 
 
@@ -39,8 +52,9 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
     from meta_agent.front.server import build_server
 
     try:
+        server = build_server(settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config)
         app = http_app(
-            build_server(settings, servers, os.environ, trust_file=args.trust_file),
+            server,
             host=args.host,
             token=settings.http_token,
             allowed_hosts=tuple(args.allowed_host),
@@ -52,10 +66,44 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
     host, port = sockets[0].getsockname()[:2]
     log.info("serving_http", url=f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp")
     try:
-        await serve_http(app, sockets)
+        async with _reloading_on_hangup(server):
+            await serve_http(app, sockets)
     except StartupFailed:
         return fail("serve: the server failed to start (the log above says why)", EXIT_FAILED)
     return 0
+
+
+def keep_reload_signal(stops: tuple[signal.Signals, ...]) -> tuple[signal.Signals, ...]:
+    """The signals of `stops` that stop `serve`: all but RELOAD_SIGNAL, which is ignored from now on, so that it
+    is never fatal, and reloads servers.json while the server runs (`_reloading_on_hangup`)."""
+    if RELOAD_SIGNAL is None:
+        return stops
+    signal.signal(RELOAD_SIGNAL, signal.SIG_IGN)
+    return tuple(signum for signum in stops if signum != RELOAD_SIGNAL)
+
+
+@asynccontextmanager
+async def _reloading_on_hangup(server: MetaAgentServer) -> AsyncIterator[None]:
+    """While inside: each SIGHUP reloads the server's servers.json (it is ignored while there is no engine, before
+    the children start and after they stop). Where there is no SIGHUP (Windows), the file's changes still count."""
+    if RELOAD_SIGNAL is None:
+        yield
+        return
+
+    async def reload_on_hangup(hangups: AsyncIterator[int]) -> None:
+        async for _ in hangups:
+            if server.engine is not None:
+                log.info("reload_requested", signal=RELOAD_SIGNAL.name)
+                server.engine.request_reload()
+
+    try:
+        with anyio.open_signal_receiver(RELOAD_SIGNAL) as hangups:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reload_on_hangup, hangups)
+                yield
+                tg.cancel_scope.cancel()
+    finally:
+        signal.signal(RELOAD_SIGNAL, signal.SIG_IGN)  # closing the receiver made it fatal again
 
 
 def _listening_sockets(host: str, port: int) -> list[socket.socket]:

@@ -18,7 +18,8 @@ from meta_agent.core.result import RunResult
 from meta_agent.text import plural
 
 if TYPE_CHECKING:  # types only: the main module imports this one, and must not load the MCP SDK for `--help`
-    from meta_agent.children.supervisor import ChildPool, ChildStatus
+    from meta_agent.children.pool import ChildPool
+    from meta_agent.children.supervisor import ChildStatus
     from meta_agent.core.tools import ToolSpec
     from meta_agent.toolbox import Toolbox
 

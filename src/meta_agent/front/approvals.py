@@ -1,47 +1,46 @@
-"""Asking the host's user whether a tool may run, in both protocol eras (design.md §4).
+"""Asking the host's user whether a tool may run, in both protocol eras (design.md §4), and passing a child's own
+questions during a call on to that user.
 
 - 2025-11-25 sessions with elicitation: a live `elicitation/create` in the middle of the run (`LiveApprover`).
-  "Allow for this session" lasts as long as the MCP session.
-- 2026-07-28 callers with elicitation: there is no back-channel, so the tool call *returns* an input-required result
-  carrying the question and a sealed request state; the run waits, parked, until the caller retries with the answer
-  and then goes on from where it stopped (`ParkedRuns`). A parked run nobody resumes is cancelled after
-  `PARK_TIMEOUT`, and its children's calls with it. "Allow for this session" lasts, off HTTP, for the server's
-  lifespan, which there serves one connection (stdio: the process, one user's session; in memory: the client), and
-  over HTTP, which has no session in this era, for the conversation (`ConversationAllowances`); the question then
-  says "this conversation". Which transport a request came by is told by `over_http`.
-- Callers that declare no elicitation get no approver at all: the loop refuses `ask` tools, naming the setting.
+  "Allow for this session" lasts as long as the MCP session. A child's questions go to the caller live too
+  (`ForwardedQuestions`).
+- 2026-07-28 callers with elicitation: there is no back-channel, so the run is parked between the rounds of its call
+  (`ParkedRuns`; the rounds themselves are meta_agent.front.parked): an approval is a round whose input request is
+  the question (key "approval"), and so is a child's elicitation, or its sampling where the caller declared
+  sampling (key "question", the child's request as it came), one question at a time. "Allow for this session"
+  lasts, off HTTP, for the server's lifespan, which there serves one connection (stdio: the process, one user's
+  session; in memory: the client), and over HTTP, which has no session in this era, for the conversation
+  (`ConversationAllowances`); the question then says "this conversation". Which transport a request came by is
+  told by `over_http`.
+- Callers that declare no elicitation get no approver at all: the loop refuses `ask` tools, naming the setting. A
+  2026-07-28 caller among them has no parked run either, so its children's questions are declined (elicitation)
+  or refused (sampling).
 """
 
 from __future__ import annotations
 
-import itertools
 import warnings
 import weakref
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
 import mcp.types as t
-import structlog
 from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from starlette.requests import Request
-from ulid import ULID
 
-from meta_agent.core import events as ev
+from meta_agent.children.questions import Questions
 from meta_agent.core.event_lines import arguments_line
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
+from meta_agent.front.parked import ParkedRun, Sink
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
 
-log = structlog.get_logger(__name__)
-
-# The SDK seals request states for 600 s; a run parked longer could not be resumed anyway.
-PARK_TIMEOUT = 600.0
 INPUT_KEY = "approval"
 CHOICES = {"allow_once": "allowed once", "allow_session": "allowed for this {scope}", "deny": "denied"}
 # How many conversations an HTTP server remembers allowances for; the least recently used is forgotten first.
@@ -67,8 +66,6 @@ def schema(scope: str = "session") -> dict[str, Any]:
 
 SCHEMA = schema()
 ARGUMENTS_SHOWN = 400
-# Events of a parked run kept for its next round (a parallel call's result, heartbeats); older ones are dropped.
-BACKLOG = 200
 
 
 def question(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
@@ -217,133 +214,33 @@ class ForwardedQuestions:
         return sampled
 
 
-Work = Callable[[Callable[[ev.Event], Awaitable[None]], Approver], Awaitable[t.CallToolResult]]
+# One call's run: its progress sink, the approver of the loop (None: nobody to ask) and whoever answers its
+# children's questions (None: they are declined).
+Work = Callable[[Sink, Approver | None, Questions | None], Awaitable[t.CallToolResult]]
 
 
-@dataclass(frozen=True)
-class _Question:
-    seq: int
-    spec: ToolSpec
-    arguments: Mapping[str, Any]
+class ParkedApprover:
+    """The loop's approver in a parked run: each question is one more round of the call (`ParkedRun.ask`)."""
 
-
-@dataclass
-class _Pending:
-    seq: int
-    answered: anyio.Event = field(default_factory=anyio.Event)
-    verdict: Verdict = field(default_factory=lambda: Verdict(False, "no answer"))
-
-
-class ParkedRun:
-    """One run of a 2026-07-28 caller that may stop to ask; it is the loop's approver.
-
-    Questions go out one at a time, each with its own number; a retry answers the question whose number it carries,
-    once, and only while that question is pending. One round of the call is live at a time.
-    """
-
-    def __init__(self, allowed: set[str], scope: str) -> None:
-        self.id = str(ULID())
-        self.allowed = allowed  # shared with later runs of the same session or conversation
-        self.scope_word = scope  # what "allow_session" lasts for: "session" or "conversation"
-        self.scope = anyio.CancelScope()
-        self.ticks = itertools.count(1)  # progress keeps counting up across the rounds
-        self._to_caller, self._from_run = anyio.create_memory_object_stream[_Question | t.CallToolResult](1)
-        self._asking = anyio.Lock()
-        self._seq = 0
-        self._pending: _Pending | None = None
-        self._round_live = False
-        self._sink: Callable[[ev.Event], Awaitable[None]] | None = None
-        self._backlog: deque[ev.Event] = deque(maxlen=BACKLOG)
-
-    # -- the loop's side -------------------------------------------------------------------------------------------
+    def __init__(self, run: ParkedRun, allowed: set[str], scope: str) -> None:
+        self._run = run
+        self._allowed = allowed  # shared with later runs of the same session or conversation
+        self._scope = scope  # what "allow_session" lasts for: "session" or "conversation"
 
     def remembered(self, spec: ToolSpec) -> bool:
-        return spec.name in self.allowed
+        return spec.name in self._allowed
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
-        async with self._asking:  # concurrent calls of one step are asked about one after another
-            self._seq += 1
-            pending = self._pending = _Pending(self._seq)
-            try:
-                await self._to_caller.send(_Question(pending.seq, spec, arguments))
-                with anyio.move_on_after(PARK_TIMEOUT):
-                    await pending.answered.wait()
-                    if remembers(pending.verdict, self.scope_word):
-                        self.allowed.add(spec.name)
-                    return pending.verdict
-            finally:
-                self._pending = None
-        log.warning("parked_run_reaped", parked=self.id, tool=spec.name, after_s=PARK_TIMEOUT)
-        self.scope.cancel()  # nobody came back: end the run, and its children's calls with it
-        await anyio.lowlevel.checkpoint()
-        return Verdict(False, "no answer in time")
-
-    async def emit(self, event: ev.Event) -> None:
-        """Progress goes to whichever round of the call is live; between rounds it waits for the next one."""
-        if self._sink is not None:
-            await self._sink(event)
-        else:
-            self._backlog.append(event)
-
-    async def execute(self, work: Work, done: Callable[[], object]) -> None:
-        answered = False
-        try:
-            with self.scope:
-                try:
-                    result = await work(self.emit, self)
-                except Exception as exc:  # a bug must end this call with an error, not the server's lifespan
-                    log.exception("parked_run_failed", parked=self.id)
-                    result = tool_error(f"the run failed: {type(exc).__name__}: {exc}")
-                await self._to_caller.send(result)
-                answered = True
-        finally:
-            self._to_caller.close()
-            if not answered:  # reaped or cancelled: no round will come to collect anything
-                self._from_run.close()
-            done()
-
-    # -- the caller's side -----------------------------------------------------------------------------------------
-
-    def answer(self, seq: int, verdict: Verdict) -> bool:
-        """Hand the answer to question `seq`; False if that question is not the one pending (answered, replayed)."""
-        pending = self._pending
-        if self._round_live or pending is None or pending.seq != seq or pending.answered.is_set():
-            return False
-        pending.verdict = verdict
-        pending.answered.set()
-        return True
-
-    @property
-    def round_live(self) -> bool:
-        return self._round_live
-
-    async def next_round(self, sink: Callable[[ev.Event], Awaitable[None]]) -> _Question | t.CallToolResult:
-        """Wait for the run's next question or its result, reporting progress to this round meanwhile."""
-        self._round_live = True
-        self._sink = sink
-        try:
-            while self._backlog:
-                await sink(self._backlog.popleft())
-            outcome = await self._from_run.receive()
-        except anyio.get_cancelled_exc_class():
-            self.scope.cancel()  # the caller gave up on this round: stop the run
-            raise
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            outcome = _ended()
-        finally:
-            self._sink = None
-            self._round_live = False
-        if isinstance(outcome, t.CallToolResult):
-            self._from_run.close()
-        return outcome
-
-
-def _ended() -> t.CallToolResult:
-    return tool_error("the run ended without a result (it was cancelled, or the server is stopping)")
+        form = t.ElicitRequestFormParams(message=question(spec, arguments), requested_schema=schema(self._scope))
+        response = await self._run.ask(INPUT_KEY, t.ElicitRequest(params=form))
+        verdict = verdict_of(response if isinstance(response, t.ElicitResult) else None, self._scope)
+        if remembers(verdict, self._scope):
+            self._allowed.add(spec.name)
+        return verdict
 
 
 class ParkedRuns:
-    """The parked runs of 2026-07-28 callers, run in a task group the server's lifespan owns."""
+    """The parked runs of 2026-07-28 callers that can be asked, run in a task group the server's lifespan owns."""
 
     def __init__(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
@@ -352,33 +249,40 @@ class ParkedRuns:
     async def drive(
         self, ctx: Context, work: Work, allowed: set[str], scope: str
     ) -> t.CallToolResult | t.InputRequiredResult:
-        """One round of a call: start the run (first call) or resume it with the caller's answer (a retry). A new
-        run remembers what the user allows "for this `scope`" in `allowed` (a retry goes on with its run's own)."""
+        """One round of a call: start the run (first call) or resume it with the caller's answer (a retry); then
+        wait for its next question or its result. A new run remembers what the user allows "for this `scope`" in
+        `allowed` (a retry goes on with its run's own)."""
         if ctx.request_state:
-            run_id, _, seq = ctx.request_state.partition(":")
-            run = self._runs.get(run_id)
-            if run is None or not seq.isdigit():
-                return tool_error("this approval is no longer pending (answered, or not answered in time); call again")
-            if run.round_live:
-                return tool_error("another round of this call is already waiting; answer that one")
-            response = (ctx.input_responses or {}).get(INPUT_KEY)
-            verdict = verdict_of(response if isinstance(response, t.ElicitResult) else None, run.scope_word)
-            if not run.answer(int(seq), verdict):
-                return tool_error("that question was answered already, or is no longer pending")
+            resumed = self._resume(ctx.request_state, ctx.input_responses or {})
+            if isinstance(resumed, t.CallToolResult):
+                return resumed
+            run = resumed
         else:
-            run = ParkedRun(allowed, scope)
-            self._runs[run.id] = run
-            self._tg.start_soon(run.execute, work, lambda: self._runs.pop(run.id, None))
+            run = self._start(ctx, work, allowed, scope)
         progress = Progress(ctx, ticks=run.ticks)
         try:
             outcome = await run.next_round(progress)
         finally:
             progress.close()
-        if isinstance(outcome, t.CallToolResult):
-            return outcome
-        request = t.ElicitRequest(
-            params=t.ElicitRequestFormParams(
-                message=question(outcome.spec, outcome.arguments), requested_schema=schema(run.scope_word)
-            )
-        )
-        return t.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=f"{run.id}:{outcome.seq}")
+        return outcome if isinstance(outcome, t.CallToolResult) else outcome.round(run.id)
+
+    def _start(self, ctx: Context, work: Work, allowed: set[str], scope: str) -> ParkedRun:
+        """A new run, its approvals asked in rounds, and its children's questions too (`ParkedRun` answers them)."""
+        caps = ctx.client_capabilities
+        run = ParkedRun(sampling=caps is not None and caps.sampling is not None)
+        self._runs[run.id] = run
+        approver = ParkedApprover(run, allowed, scope)
+        self._tg.start_soon(run.execute, partial(work, run.emit, approver, run), lambda: self._runs.pop(run.id, None))
+        return run
+
+    def _resume(self, state: str, responses: Mapping[str, t.InputResponse]) -> ParkedRun | t.CallToolResult:
+        """The run a retry carrying `state` answers, given the caller's `responses`; or why it cannot go on."""
+        run_id, _, seq = state.partition(":")
+        run = self._runs.get(run_id)
+        if run is None or not seq.isdigit():
+            return tool_error("this question is no longer pending (answered, or not answered in time); call again")
+        if run.round_live:
+            return tool_error("another round of this call is already waiting; answer that one")
+        if not run.answer(int(seq), responses):
+            return tool_error("that question was answered already, or is no longer pending")
+        return run

@@ -167,7 +167,7 @@ class HostLogs:
 
     async def _set_level(self, ctx: ServerRequestContext[Any, Any], params: t.SetLevelRequestParams) -> t.EmptyResult:
         """`logging/setLevel` of a 2025-11-25 session: its lines from now on, at `params.level` and above."""
-        connection = _connection(ctx.session)
+        connection = connection_of(ctx.session)
         outbox = Outbox(params.level, connection.log)
         with self._lock:
             old = self._sessions.get(connection)
@@ -199,7 +199,7 @@ class HostLogs:
             level: t.LoggingLevel | None = asked if asked in _LEVELS else None
         else:
             with self._lock:
-                session = self._sessions.get(_connection(ctx.session))
+                session = self._sessions.get(connection_of(ctx.session))
             level = _LEVELS[session.floor] if session is not None else None
         if level is None:
             return None
@@ -211,7 +211,7 @@ class HostLogs:
         return Outbox(level, send)
 
 
-def _connection(session: ServerSession) -> Connection:
+def connection_of(session: ServerSession) -> Connection:
     """The connection behind a request's session (one per 2025-11-25 session); the same read of an SDK internal as
     meta_agent.front.approvals.session_connection, whose test fails when an SDK release moves it."""
     connection = getattr(session, "_connection", None)

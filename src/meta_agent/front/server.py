@@ -25,6 +25,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from pydantic import Field, ValidationError
 
+from meta_agent.children.questions import Questions
 from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
 from meta_agent.core import events as ev
 from meta_agent.core.provider import Provider
@@ -45,6 +46,7 @@ from meta_agent.front.approvals import (
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.front.host_logs import HostLogs
 from meta_agent.front.progress import Progress
+from meta_agent.front.subscriptions import ToolboxSubscribers
 from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.providers.sampling import SamplingProvider
@@ -89,18 +91,29 @@ class MetaAgentServer(MCPServer[Front]):
     def __init__(self, open_engine: Callable[[], Engine]) -> None:
         self.engine: Engine | None = None
         self._open_engine = open_engine
-        super().__init__("meta-agent", version=__version__, instructions=INSTRUCTIONS, lifespan=self._lifespan)
+        self.subscribers = ToolboxSubscribers(TOOLBOX_URI)
+        super().__init__(
+            "meta-agent",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            lifespan=self._lifespan,
+            subscriptions=self.subscribers.bus,
+        )
+        # MCPServer offers no public way to add a spec request handler.
+        self.subscribers.install(self._lowlevel_server)
 
     @asynccontextmanager
     async def _lifespan(self, _server: MCPServer[Front]) -> AsyncIterator[Front]:
         engine = self._open_engine()
-        async with engine, anyio.create_task_group() as parked_runs:
+        engine.on_toolbox_change(self.subscribers.changed)
+        async with engine, anyio.create_task_group() as background:
             self.engine = engine
+            background.start_soon(self.subscribers.deliver)
             try:
-                yield Front(engine, ParkedRuns(parked_runs), SessionAllowances())
+                yield Front(engine, ParkedRuns(background), SessionAllowances())
             finally:
                 self.engine = None
-                parked_runs.cancel_scope.cancel()
+                background.cancel_scope.cancel()
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -128,17 +141,29 @@ def build_server(
     trust_file: Path | None = None,
     provider: Provider | None = None,
     start_timeout: float = DEFAULT_START_TIMEOUT,
+    config_file: Path | None = None,
 ) -> MetaAgentServer:
     """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them).
     `environ` (the process's own unless given) holds the providers' API keys and endpoints. A child that has not
     answered within `start_timeout` seconds has failed to start (and is retried). A `trust_file` that cannot be read
-    fails closed: its levels do not apply, and the toolbox resource says why.
+    fails closed: its levels do not apply, and the toolbox resource says why. `config_file`, where given, is the
+    servers.json `servers` came from: it is followed, and reloaded when it changes or `server.engine.request_reload()`
+    is called (SIGHUP); hosts subscribed to the toolbox resource hear of every change.
 
     Raises:
         ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool (when the lifespan starts).
     """
+    redact = Redactor.of(environ, servers, settings.http_token)  # for traces and host logs alike
     open_engine = partial(
-        Engine, settings, servers, environ, trust_file=trust_file, provider=provider, start_timeout=start_timeout
+        Engine,
+        settings,
+        servers,
+        environ,
+        trust_file=trust_file,
+        provider=provider,
+        start_timeout=start_timeout,
+        config_file=config_file,
+        redact=redact,
     )
     server = MetaAgentServer(open_engine)
     _add_run_tools(server)
@@ -148,7 +173,7 @@ def build_server(
         _add_image_gen(server)
     _add_toolbox_resource(server)
     # Our log lines to the hosts that ask (`logging`), redacted as the engine's traces are.
-    HostLogs(Redactor.of(environ, servers, settings.http_token)).install(server)
+    HostLogs(redact).install(server)
     return server
 
 
@@ -252,10 +277,10 @@ def _add_toolbox_resource(server: MetaAgentServer) -> None:
 
 async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAnswer:
     """One run for a call of `ask`, `plan` or `agent`: parked between rounds for a 2026-07-28 caller that can be
-    asked (approvals come back as questions), else live, with progress and, where the caller can elicit, approvals."""
+    asked (approvals, and the children's questions, come back as questions), else live, with progress and, where the
+    caller can elicit, approvals; a 2025-11-25 caller gets the children's questions live."""
     front = _front(ctx)
     sampling = _sampling(ctx)
-    questions = None if is_modern(ctx) else ForwardedQuestions(ctx)
     parked = can_elicit(ctx) and is_modern(ctx)
     # "Allow for this session" of a parked run: over HTTP, where this era has no session, it holds for the
     # conversation (kept under the id the run returns when it starts one); elsewhere for the lifespan, which is
@@ -269,7 +294,9 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
     elif can_elicit(ctx):
         allowed = front.allowances.of(ctx)
 
-    async def work(emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None) -> t.CallToolResult:
+    async def work(
+        emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None, questions: Questions | None
+    ) -> t.CallToolResult:
         failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
 
         async def watched(event: ev.Event) -> None:
@@ -293,8 +320,9 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
     if parked:
         return await front.parked.drive(ctx, work, allowed, "conversation" if per_conversation else "session")
     progress = Progress(ctx)
+    live = None if is_modern(ctx) else ForwardedQuestions(ctx)  # a 2026-07-28 caller here cannot be asked
     try:
-        return await work(progress, LiveApprover(ctx, allowed) if can_elicit(ctx) else None)
+        return await work(progress, LiveApprover(ctx, allowed) if can_elicit(ctx) else None, live)
     finally:
         progress.close()
 

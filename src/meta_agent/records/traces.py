@@ -56,10 +56,14 @@ class Redactor:
     """Replaces known secret values, bearer tokens and key-shaped strings in text."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
+        self._secrets: list[str] = []
+        self._add(secrets)
+
+    def _add(self, secrets: Iterable[str]) -> None:
         found = {s for s in secrets if len(s) >= _MIN_SECRET}
         # a secret as it appears inside a JSON string, too
         found |= {json.dumps(s)[1:-1] for s in found}
-        self._secrets = sorted(found, key=len, reverse=True)
+        self._secrets = sorted(found.union(self._secrets), key=len, reverse=True)
 
     @classmethod
     def of(cls, environ: Mapping[str, str], servers: Mapping[str, Any], http_token: str | None = None) -> Redactor:
@@ -68,10 +72,13 @@ class Redactor:
         secrets = [value for name, value in environ.items() if _SECRET_NAME.search(name)]
         if http_token:
             secrets.append(http_token)
-        for entry in servers.values():
-            secrets.extend(entry.env.values())
-            secrets.extend(entry.headers.values())
-        return cls(secrets)
+        redactor = cls(secrets)
+        redactor.learn(servers)
+        return redactor
+
+    def learn(self, servers: Mapping[str, Any]) -> None:
+        """Redact the env and header values of `servers` (a reloaded servers.json) too; what it redacted stays so."""
+        self._add(value for entry in servers.values() for value in (*entry.env.values(), *entry.headers.values()))
 
     def __call__(self, text: str) -> str:
         for secret in self._secrets:

@@ -1,0 +1,122 @@
+"""Every configured child, supervised in one task group (`ChildPool`), and a new set of entries taken while it runs
+(`reconcile`, for a servers.json reload).
+
+A child whose entry is gone or changed is retired: new calls are refused at once, calls in flight get up to their
+timeout, then its connection is closed (its whole process group ended, children/stdio.py). A changed child is a new
+`ChildServer` in the old one's place; an unchanged one keeps its connection and its calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import anyio
+
+from meta_agent.children.supervisor import SETTLE_GRACE, START_TIMEOUT, ChildServer
+from meta_agent.config import ServerEntry
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What `ChildPool.reconcile` did: the names of the children started, stopped and restarted."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    restarted: tuple[str, ...]
+
+
+class ChildPool:
+    """Every configured child, supervised in one task group; `async with` starts them, leaving stops them all."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, ServerEntry],
+        *,
+        restart: bool = True,
+        start_timeout: float = START_TIMEOUT,
+        on_change: Callable[[ChildServer], None] | None = None,
+    ) -> None:
+        self._make = partial(ChildServer, restart=restart, start_timeout=start_timeout, on_change=on_change)
+        # Changed in place by `reconcile`: whoever holds it sees the children of the entries now in force.
+        self.children = {name: self._make(name, entry) for name, entry in servers.items()}
+        self._scopes: dict[ChildServer, anyio.CancelScope] = {}  # each running supervisor's, to stop it alone
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    def __iter__(self) -> Iterator[ChildServer]:
+        return iter(self.children.values())
+
+    def __getitem__(self, name: str) -> ChildServer:
+        return self.children[name]
+
+    async def __aenter__(self) -> ChildPool:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        for child in self:
+            self._launch(child)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        # Supervisors never raise, so there is nothing of theirs to report: leaving the group as if its body had
+        # ended lets an exception of the body propagate as itself, not wrapped in an ExceptionGroup.
+        await self._tg.__aexit__(None, None, None)
+
+    def reconcile(self, servers: Mapping[str, ServerEntry]) -> Reconciled:
+        """Make the running children those of `servers`: start the added, stop the removed, restart the changed (a
+        new child in the old one's place) and leave the rest alone, their connections and calls untouched. A stopped
+        child refuses new calls at once and is closed once its calls in flight are over (or out of time)."""
+        assert self._tg is not None, "reconcile a running pool"
+        removed = [name for name in self.children if name not in servers]
+        changed = [name for name, entry in servers.items() if name in self.children and self[name].entry != entry]
+        for name in removed:
+            self._stop(self[name], "the server was removed from the configuration")
+        for name in changed:
+            self._stop(self[name], "the server's configuration changed; it is restarting")
+        kept = {name: child for name, child in self.children.items() if name not in removed and name not in changed}
+        self.children.clear()
+        for name, entry in servers.items():  # in the file's order
+            self.children[name] = kept.get(name) or self._launch(self._make(name, entry))
+        added = tuple(name for name in servers if name not in kept and name not in changed)
+        return Reconciled(added=added, removed=tuple(removed), restarted=tuple(changed))
+
+    def _launch(self, child: ChildServer) -> ChildServer:
+        assert self._tg is not None
+        # Made now, so the child can be stopped before its supervisor's first step (a scope cancelled before it is
+        # entered cancels what it wraps at once).
+        self._scopes[child] = anyio.CancelScope()
+        self._tg.start_soon(self._supervise, child, name=f"supervise {child.name}")
+        return child
+
+    async def _supervise(self, child: ChildServer) -> None:
+        try:
+            with self._scopes[child]:
+                await child.supervise()
+        finally:
+            del self._scopes[child]
+
+    def _stop(self, child: ChildServer, why: str) -> None:
+        """Retire `child` now and close it once its calls in flight are over."""
+        child.retire(why)
+
+        async def close_when_drained() -> None:
+            await child.drained()
+            scope = self._scopes.get(child)
+            if scope is not None:
+                scope.cancel()
+
+        assert self._tg is not None
+        self._tg.start_soon(close_when_drained, name=f"retire {child.name}")
+
+    async def wait_settled(self, names: Iterable[str] | None = None) -> None:
+        """Wait until each child of `names` (default: every child) has connected or failed once: at most until the
+        start deadline of its current attempt (its start timeout from when that attempt began), never forever."""
+        for child in self if names is None else (self.children[name] for name in names):
+            deadline = child.start_deadline
+            if deadline is None:  # its supervisor has not begun the first attempt yet: it does so at once
+                deadline = anyio.current_time() + child.start_timeout
+            with anyio.CancelScope(deadline=deadline + SETTLE_GRACE):
+                await child.settled.wait()
