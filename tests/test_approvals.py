@@ -154,7 +154,7 @@ def test_the_session_connection_is_never_guessed() -> None:
     """Where the SDK keeps no `Connection`, the error names what to update; no silent stand-in (a per-request
     object would make "allow for this session" last one request)."""
     ctx: Any = SimpleNamespace(session=SimpleNamespace())  # a session of an SDK that moved it
-    with pytest.raises(TypeError, match="session_connection needs updating"):
+    with pytest.raises(TypeError, match="connection_of needs updating"):
         approvals.session_connection(ctx)
 
 
@@ -444,7 +444,7 @@ async def test_on_2026_07_28_over_http_allow_for_the_session_lasts_the_conversat
         )
         assert second.content[0].text == "done with /b"  # type: ignore[union-attr]
         assert len(user.asked) == 1  # the same conversation: not asked again
-        assert "step 1 · f.delete_file allowed: already allowed for this session" in same.messages
+        assert "step 1 · f.delete_file allowed: already allowed for this conversation" in same.messages
         assert tool_message(llm) == "deleted /b"
         third = await client.call_tool("agent", {"task": "delete /c"})  # a new conversation...
         assert third.content[0].text == "done with /c"  # type: ignore[union-attr]

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 
 from meta_agent.config import ServerEntry, load_servers, load_settings, parse_servers
 from meta_agent.errors import ConfigError
+from meta_agent.validation import problem
 
 ENV = {"HOME": "/home/u", "TOKEN": "s3cret", "EMPTY": ""}
 
@@ -219,3 +221,12 @@ def test_an_unknown_internal_tool_is_named(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("META_AGENT_INTERNAL_TOOLS", "image_gn")
     with pytest.raises(ConfigError, match="unknown internal tool 'image_gn' \\(did you mean 'image_gen'\\?\\)"):
         load_settings().enabled_internal_tools(["image_gen"])
+
+
+def test_a_refusal_that_says_what_it_got_in_words_shows_the_value_once() -> None:
+    with pytest.raises(ValidationError) as caught:
+        TypeAdapter(int).validate_python(2.5)
+    assert (
+        problem(caught.value.errors()[0])
+        == "input should be a valid integer, got a number with a fractional part (2.5)"
+    )

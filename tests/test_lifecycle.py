@@ -31,8 +31,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from test_cli import processes_with
 
+from meta_agent.children.pool import ChildPool
 from meta_agent.children.stdio import running_children, stdio_child
-from meta_agent.children.supervisor import ChildPool
 from meta_agent.config import ServerEntry
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from conftest import fault_entry, time_entry
 
-from meta_agent.children.supervisor import ChildPool
+from meta_agent.children.pool import ChildPool
 from meta_agent.core import events as ev
 from meta_agent.core.limits import Limits
 from meta_agent.core.loop import RunRequest, run
@@ -347,8 +347,8 @@ class ScriptedApprover:
         self.asked: list[tuple[str, dict[str, Any]]] = []
         self.allowed: set[str] = set()
 
-    def remembered(self, spec: ToolSpec) -> bool:
-        return spec.name in self.allowed
+    def remembered(self, spec: ToolSpec) -> str | None:
+        return "for this session" if spec.name in self.allowed else None
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
         assert self.verdict is not None

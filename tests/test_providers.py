@@ -580,6 +580,24 @@ VENDOR_TURNS: dict[str, tuple[str, list[dict[str, Any]]]] = {
 }
 
 
+async def test_a_run_cut_by_its_step_limit_sends_what_llama_cpp_accepts() -> None:
+    """The turn after a tool call and the last turn without tools, against an endpoint as strict as llama.cpp's
+    server (an assistant turn with tool calls and no text is sent with content "", never null)."""
+    with FakeLLM(strict=True) as llm:
+        llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "a"}), ("c2", "f__echo", {"text": "b"})))
+        llm.reply(openai_reply(None, ("c3", "f__echo", {"text": "c"})))
+        llm.reply(openai_reply("stopped"))
+        settings = Settings(model="openai:qwen")
+        async with Client(build_server(settings, {"f": fault_entry()}, openai_env(llm))) as client:
+            result = await client.call_tool("agent", {"task": "echo", "max_steps": 2})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None and result.structured_content["stop_reason"] == "max_steps"
+    assert result.structured_content["answer"] == "stopped"
+    chats = [seen.body for seen in llm.requests]
+    assert len(chats) == 3 and chats[-1]["tool_choice"] == "none"
+    assert [chat_problem(body) for body in chats] == [None] * 3
+
+
 @pytest.mark.parametrize(("first", "then"), [("openai", "anthropic"), ("anthropic", "openai")])
 async def test_a_conversation_goes_on_with_the_other_vendor(tmp_path: Path, first: str, then: str) -> None:
     """Each turn through our real server and a saved conversation; the fake endpoint refuses what the vendors (and

@@ -258,3 +258,16 @@ def test_a_killed_run_is_interrupted_and_a_live_one_running(
     assert code == 0 and out[1].split()[3] == "interrupted" and err == []
     code, out, _ = runs_cli("show", run_id)
     assert code == 0 and out[-2] == "interrupted · the process running it ended before the run did"
+
+
+def test_text_from_a_trace_reaches_the_terminal_without_control_characters(
+    tmp_path: Path, sample_trace: list[str], runs_cli: Callable[..., Any]
+) -> None:
+    task = "\x1b[31mred\x1b[0m\rover\nnext " + "x" * 10_000
+    write_trace(tmp_path, [line.replace('"echo something"', json.dumps(task)) for line in sample_trace])
+    for args in ((), ("show", RUN_ID)):
+        code, out, _ = runs_cli(*args)
+        assert code == 0
+        assert not any(char in line for line in out for char in "\x1b\r"), out
+        shown = next(line for line in out if "red" in line)
+        assert "\\x1b[31mred\\x1b[0m over next" in shown and len(shown) < 400  # CR and LF are white space

@@ -413,6 +413,9 @@ class Engine:
         )
 
     def _why_missing(self, pattern: str, mode: Mode) -> str:
+        if "__" in pattern and "." not in pattern:  # the model's name of a tool (server__tool), not its own
+            dotted = pattern.replace("__", ".", 1)
+            return f" (tools are named SERVER.TOOL, as `meta-agent tools` lists them: did you mean {dotted!r}?)"
         if mode == "ask":
             internal = ", ".join(spec.name for spec in self.toolbox().select(None, mode="ask")) or "none is enabled"
             return f" of ask mode, which uses internal tools only ({internal})"

@@ -13,6 +13,14 @@ def one_line(text: str, limit: int | None = None) -> str:
     return line if limit is None or len(line) <= limit else f"{line[: limit - 1]}…"
 
 
+def printable(text: str) -> str:
+    """`text` with its control characters (a terminal's escape sequences, line breaks) written as escapes (`\\x1b`,
+    `\\n`), so what a trace holds cannot move a terminal's cursor or split a line."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
 def first_line(text: str) -> str:
     """The first line of `text` that is not blank, stripped ("" if none): where an error message puts its gist, before
     the detail (a schema, a traceback)."""

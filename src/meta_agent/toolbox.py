@@ -126,7 +126,7 @@ class Toolbox:
             try:
                 check_glob(pattern)
             except ValueError as exc:
-                raise PatternError(str(exc)) from None
+                raise PatternError(f"tools: {exc}") from None
         return [
             spec
             for spec in self.tools

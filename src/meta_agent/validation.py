@@ -116,6 +116,8 @@ def problem(error: ErrorDetails, *, noun: str = "key", known: KnownKeys | None =
     if kind in ("value_error", "assertion_error"):
         return message
     wanted = _WANTED.get(kind)
+    if wanted is None and ", got " in message:  # pydantic says what it got in words: the value goes in brackets
+        return f"{message} ({_shown(error['input'])})"
     expected = f"expected {JSON_KINDS[wanted]}" if wanted is not None else message
     return f"{expected}, got {_shown(error['input'])}"
 

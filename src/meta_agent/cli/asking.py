@@ -53,8 +53,8 @@ class RunApprover:
         self._trusted: set[str] = set()  # the tools answered `t`
         self._one_at_a_time = anyio.Lock()
 
-    def remembered(self, spec: ToolSpec) -> bool:
-        return spec.name in self._trusted
+    def remembered(self, spec: ToolSpec) -> str | None:
+        return "for the rest of this run" if spec.name in self._trusted else None
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
         allowing = next((pattern for pattern in self._allow if fnmatch.fnmatchcase(spec.name, pattern)), None)

@@ -29,7 +29,7 @@ from meta_agent.records.run_history import (
     recent,
 )
 from meta_agent.records.traces import default_trace_dir
-from meta_agent.text import one_line, plural, some_of
+from meta_agent.text import one_line, plural, printable, some_of
 
 SHOWN = 300  # characters of a tool result or an answer shown in `runs show`
 TASK_SHOWN = 60  # characters of a run's task in the `runs` listing
@@ -46,7 +46,7 @@ def show_runs(args: argparse.Namespace) -> int:
             if not args.run_id:
                 return fail("runs show: give a RUN_ID (see `meta-agent runs`)", EXIT_USAGE)
             trace = read(directory, args.run_id)
-            print("\n".join(account(trace)))
+            print("\n".join(printable(line) for line in account(trace)))
             if trace.skipped:
                 note(f"runs show: {plural(trace.skipped, 'unreadable record')} skipped in {args.run_id}.jsonl")
             return 0
@@ -57,10 +57,11 @@ def show_runs(args: argparse.Namespace) -> int:
     for run in listing.runs:
         seconds = f"{run.seconds:.2f} s" if run.seconds is not None else "?"
         task = one_line(run.task, TASK_SHOWN)
-        print(
+        line = (
             f"  {run.run_id}  {run.started[:19]}  {run.mode:<5}  {run.stop_reason:<12}  "
             f"{plural(run.steps, 'step'):<8}  {run.tokens:>7} tokens  {seconds:>8}  {task}"
         )
+        print(printable(line))  # a trace's text cannot reach the terminal as control characters
     if listing.skipped_files or listing.skipped_records:
         note(f"runs: {_skipped(listing)}")
     return 0
@@ -107,7 +108,8 @@ def _record_lines(record: Record) -> list[str]:
     step = record.step
     match record:
         case Started():
-            return [f"run {record.run_id} · {record.mode} with {record.model} · {record.ts}", f"task: {record.task}"]
+            started = f"run {record.run_id} · {record.mode} with {record.model} · {record.ts}"
+            return [started, f"task: {_short(record.task)}"]
         case Responded():
             return _response_lines(record)
         case Answered():
@@ -121,7 +123,7 @@ def _record_lines(record: Record) -> list[str]:
         case Finished():
             return [f"done · {record.result.stop_reason}{_spent(record)}", f"answer: {_short(record.result.answer)}"]
         case Failed():
-            return [f"failed{_spent(record)} · {record.error}"]
+            return [f"failed{_spent(record)} · {_short(record.error)}"]
     return []
 
 

@@ -33,8 +33,9 @@ class Verdict:
 class Approver(Protocol):
     """Asks the user whether an `ask`-level tool may run."""
 
-    def remembered(self, spec: ToolSpec) -> bool:
-        """Whether the user already allowed this tool for the rest of the session."""
+    def remembered(self, spec: ToolSpec) -> str | None:
+        """How long the user already allowed this tool for ("for this session", "for this conversation", "for the
+        rest of this run"), or None: ask."""
         ...
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:

@@ -220,10 +220,11 @@ class ToolStepRunner:
         return outcome
 
     async def _approval(self, step: int, call: ToolCall, spec: ToolSpec) -> tool_call.Verdict:
-        """Ask the user (unless already allowed for the session); both the question and the answer are events."""
+        """Ask the user (unless it is allowed already, for longer than a call); both the question and the answer are
+        events."""
         assert self.approver is not None  # tool_call.blocked refused the call otherwise
-        if self.approver.remembered(spec):
-            verdict = tool_call.Verdict(True, "already allowed for this session")
+        if (allowed_for := self.approver.remembered(spec)) is not None:
+            verdict = tool_call.Verdict(True, f"already allowed {allowed_for}")
         else:
             await self.emit(ev.ApprovalRequested(step=step, call_id=call.id, name=spec.name, arguments=call.arguments))
             verdict = await self.pulse.wait(step, "the user's answer", self.approver.ask(spec, call.arguments))

@@ -30,6 +30,7 @@ import anyio
 import mcp.types as t
 from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from starlette.requests import Request
 
@@ -140,20 +141,25 @@ class ConversationAllowances:
 
 
 def session_connection(ctx: Context) -> Connection:
-    """The SDK's `Connection` behind `ctx`, which lives as long as the MCP session (one per 2025-11-25 session).
+    """The SDK's `Connection` behind `ctx`, which lives as long as the MCP session (one per 2025-11-25 session)."""
+    return connection_of(ctx.session)
+
+
+def connection_of(session: ServerSession) -> Connection:
+    """The SDK's `Connection` behind a request's `session` (host_logs and subscriptions key their sessions by it too).
 
     The SDK builds a new `ServerSession` for every request and gives no public handle on the connection behind it,
-    so this is the one read of an SDK internal; tests/test_approvals.py::test_the_session_connection_* fails when
-    an SDK release moves it.
+    so this is meta-agent's one read of an SDK internal; tests/test_approvals.py::test_the_session_connection_* fails
+    when an SDK release moves it.
 
     Raises:
         TypeError: the installed SDK no longer keeps the connection where this reads it.
     """
-    connection = getattr(ctx.session, "_connection", None)
+    connection = getattr(session, "_connection", None)
     if not isinstance(connection, Connection):
         raise TypeError(
             "this mcp SDK keeps no Connection in ServerSession._connection; "
-            "meta_agent.front.approvals.session_connection needs updating for it"
+            "meta_agent.front.approvals.connection_of needs updating for it"
         )
     return connection
 
@@ -165,8 +171,8 @@ class LiveApprover:
         self._ctx = ctx
         self._allowed = allowed
 
-    def remembered(self, spec: ToolSpec) -> bool:
-        return spec.name in self._allowed
+    def remembered(self, spec: ToolSpec) -> str | None:
+        return "for this session" if spec.name in self._allowed else None
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
         try:
@@ -227,8 +233,8 @@ class ParkedApprover:
         self._allowed = allowed  # shared with later runs of the same session or conversation
         self._scope = scope  # what "allow_session" lasts for: "session" or "conversation"
 
-    def remembered(self, spec: ToolSpec) -> bool:
-        return spec.name in self._allowed
+    def remembered(self, spec: ToolSpec) -> str | None:
+        return f"for this {self._scope}" if spec.name in self._allowed else None
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
         form = t.ElicitRequestFormParams(message=question(spec, arguments), requested_schema=schema(self._scope))

@@ -28,10 +28,10 @@ import mcp.types as t
 from mcp.server import MCPServer
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from meta_agent.front.approvals import connection_of
 from meta_agent.records.logs import add_log_tap
 from meta_agent.records.traces import Redactor
 
@@ -209,12 +209,3 @@ class HostLogs:
             await ctx.session.send_log_message(level, data, logger, related_request_id=request_id)
 
         return Outbox(level, send)
-
-
-def connection_of(session: ServerSession) -> Connection:
-    """The connection behind a request's session (one per 2025-11-25 session); the same read of an SDK internal as
-    meta_agent.front.approvals.session_connection, whose test fails when an SDK release moves it."""
-    connection = getattr(session, "_connection", None)
-    if not isinstance(connection, Connection):
-        raise TypeError("this mcp SDK keeps no Connection in ServerSession._connection; host_logs needs updating")
-    return connection

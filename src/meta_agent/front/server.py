@@ -200,7 +200,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
         task: Annotated[str, Field(description="The task to plan.")],
         ctx: Context,
         tools: ToolPatterns = None,
-        max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).")] = None,
+        max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).", strict=True)] = None,
     ) -> RunAnswer:
         """Look around with read-only tools only and return a numbered plan. Changes nothing."""
         return await _start(ctx, "plan", task, patterns=tools, max_steps=max_steps)
@@ -213,8 +213,8 @@ def _add_run_tools(server: MetaAgentServer) -> None:
         task: Annotated[str, Field(description="The task to carry out.")],
         ctx: Context,
         tools: ToolPatterns = None,
-        max_steps: Annotated[int | None, Field(description="Model turns at most.")] = None,
-        token_budget: Annotated[int | None, Field(description="Input+output tokens at most.")] = None,
+        max_steps: Annotated[int | None, Field(description="Model turns at most.", strict=True)] = None,
+        token_budget: Annotated[int | None, Field(description="Input+output tokens at most.", strict=True)] = None,
         plan: Annotated[bool, Field(description="Write a numbered plan first, then carry it out.")] = False,
         conversation_id: Annotated[str | None, Field(description="Continue an earlier conversation.")] = None,
     ) -> RunAnswer:

@@ -7,8 +7,10 @@ trust file or servers.json changes), in the way each protocol era has:
 - 2026-07-28: a `subscriptions/listen` stream that names the toolbox among its resource subscriptions. The SDK
   serves the stream; we publish to the bus it reads (`bus`, handed to the server when it is made).
 
-A change is a nudge, not a diff: the host reads the resource again. Changes that come in a burst (children starting
-together) are sent as few notifications, never lost: one that comes while others are sent is sent after them.
+Any resource may be subscribed to (as a listen stream may name any URI), but only the toolbox changes: a run's
+resource is written once, when it ends. A change is a nudge, not a diff: the host reads the resource again. Changes
+that come in a burst (children starting together) are sent as few notifications, never lost: one that comes while
+others are sent is sent after them.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
-from mcp.shared.exceptions import MCPError
 
-from meta_agent.front.host_logs import connection_of
+from meta_agent.front.approvals import connection_of
 
 log = structlog.get_logger(__name__)
 
@@ -71,20 +72,13 @@ class ToolboxSubscribers:
             await self.bus.publish(ResourceUpdated(uri=self.uri))
 
     async def _subscribe(self, ctx: ServerRequestContext[Any, Any], params: t.SubscribeRequestParams) -> t.EmptyResult:
-        self._check(params.uri)
-        self._sessions.add(connection_of(ctx.session))
+        if params.uri == self.uri:
+            self._sessions.add(connection_of(ctx.session))
         return t.EmptyResult()
 
     async def _unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: t.UnsubscribeRequestParams
     ) -> t.EmptyResult:
-        self._check(params.uri)
-        self._sessions.discard(connection_of(ctx.session))
+        if params.uri == self.uri:
+            self._sessions.discard(connection_of(ctx.session))
         return t.EmptyResult()
-
-    def _check(self, uri: str) -> None:
-        """Raises:
-        MCPError: `uri` is not the one resource that changes.
-        """
-        if uri != self.uri:
-            raise MCPError(t.INVALID_PARAMS, f"uri: {uri!r} cannot be subscribed to; only {self.uri} can")
