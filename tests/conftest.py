@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -242,3 +243,27 @@ class ServerLog:
         with self._changed:
             if not self._changed.wait_for(lambda: sum(text in x for x in self.lines) > more_than, timeout):
                 raise AssertionError(f"{text!r} not in the server's log")
+
+
+@contextmanager
+def http_serving(config: Path, environ: Mapping[str, str], *args: str) -> Iterator[tuple[str, ServerLog]]:
+    """`meta-agent serve --transport http --config CONFIG ARGS` on a free port: its base URL and its log, once it
+    listens; stopped by SIGTERM after, which it must answer with exit 143."""
+    port = free_port()
+    command = [sys.executable, "-m", "meta_agent", "serve", "--transport", "http", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*command, "--config", str(config), *args],
+        env=dict(environ),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = ServerLog(proc.stderr)
+    try:
+        log.wait_for("serving_http")
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=30)
+        assert proc.stderr is not None
+        proc.stderr.close()
+        assert code == 128 + signal.SIGTERM, code

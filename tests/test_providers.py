@@ -331,6 +331,7 @@ WRONG_SHAPES = [
     ("openai", {**openai_reply("unused"), "choices": []}, "choices is empty"),
     ("openai", {"choices": [{"index": 0}]}, "choices[0].message is missing; expected an object"),
     ("openai", _choice("hi"), "choices[0].message is a string; expected an object"),
+    ("openai", _choice({}), "choices[0].message has neither content nor tool_calls"),
     (
         "openai",
         _choice({"content": 5}),

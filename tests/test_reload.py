@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -19,7 +18,7 @@ import anyio
 import mcp.types as t
 import psutil
 import pytest
-from conftest import FAULT_SERVER, Changes, ProgressLog, ServerLog, fault_entry, free_port, openai_env, pid_alive
+from conftest import FAULT_SERVER, Changes, ProgressLog, fault_entry, http_serving, openai_env, pid_alive
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ResourceUpdated
@@ -266,33 +265,8 @@ async def test_sighup_reloads_a_stdio_server_and_its_subscribers_hear_it(tmp_pat
 def http_serve(tmp_path: Path, llm_endpoint: FakeLLM) -> Iterator[tuple[str, Path]]:
     path = tmp_path / "servers.json"
     write_config(path, {"f": FAULT})
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "meta_agent",
-            "serve",
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-            "--config",
-            str(path),
-        ],
-        env=openai_env(llm_endpoint, model="openai:fake-model", base=os.environ),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    log = ServerLog(proc.stderr)
-    try:
-        log.wait_for("serving_http")
-        yield f"http://127.0.0.1:{port}/mcp", path
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-        assert proc.stderr is not None
-        proc.stderr.close()
+    with http_serving(path, openai_env(llm_endpoint, model="openai:fake-model", base=os.environ)) as (url, _):
+        yield f"{url}/mcp", path
 
 
 @pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import anyio
 import httpx2
 import mcp.types as t
 import pytest
-from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, ServerLog, cancel_while_hanging, free_port, openai_env
+from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, ServerLog, cancel_while_hanging, http_serving, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -76,34 +75,9 @@ async def test_stdio_subprocess(mode: str, llm: FakeLLM, config: Path) -> None:
 
 @pytest.fixture(scope="module")
 def http_server(llm_endpoint: FakeLLM, config: Path) -> Iterator[tuple[str, ServerLog]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "meta_agent",
-            "serve",
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-            "--config",
-            str(config),
-            *(arg for host in ALLOWED_HOSTS for arg in ("--allowed-host", host)),
-        ],
-        env=openai_env(llm_endpoint, model="openai:fake-model", base=os.environ, META_AGENT_HTTP_TOKEN=TOKEN),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    log = ServerLog(proc.stderr)
-    try:
-        log.wait_for("serving_http")
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        assert proc.stderr is not None
-        proc.stderr.close()
+    environ = openai_env(llm_endpoint, model="openai:fake-model", base=os.environ, META_AGENT_HTTP_TOKEN=TOKEN)
+    with http_serving(config, environ, *(arg for host in ALLOWED_HOSTS for arg in ("--allowed-host", host))) as served:
+        yield served
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])

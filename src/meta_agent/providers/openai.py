@@ -168,6 +168,8 @@ def _response(answer: object) -> ModelResponse:
     message = field(choice, "message", dict, "choices[0]")
     where = "choices[0].message"
     calls = field(message, "tool_calls", (list, type(None)), where) or []
+    if "content" not in message and not calls:  # a reply says something, if only "" or null beside its calls
+        raise malformed(f"{where} has neither content nor tool_calls")
     # OpenAI-compatible servers (Ollama, vLLM, DeepSeek) put reasoning in a non-standard field.
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     return ModelResponse(
