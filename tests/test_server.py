@@ -166,12 +166,12 @@ async def test_bad_arguments_are_one_line_tool_errors(client: Client, arguments:
         (
             "agent",
             {"task": "t", "max_steps": "many"},
-            'max_steps: input should be a valid integer, unable to parse string as an integer, got "many"',
+            'max_steps: expected a whole number, got "many"',
         ),
         (
             "image_gen",
             {"prompt": "p", "n": "x" * 100},  # a long value is cut
-            f'n: input should be a valid integer, unable to parse string as an integer, got "{"x" * 38}…',
+            f'n: expected a whole number, got "{"x" * 38}…',
         ),
         ("agent", {"task": "t", "max_step": 3}, "max_step: unknown argument of agent (did you mean 'max_steps'?)"),
         ("ask", {"prompt": "p", "color": "red"}, "color: unknown argument of ask (its arguments: prompt, tools)"),

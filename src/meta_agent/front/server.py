@@ -245,7 +245,7 @@ def _add_image_gen(server: MetaAgentServer) -> None:
         prompt: Annotated[str, Field(description="What the image should show.")],
         ctx: Context,
         size: Annotated[str | None, Field(description="WIDTHxHEIGHT, e.g. 1024x1024, or auto.")] = None,
-        n: Annotated[int | None, Field(description="How many images (default 1).")] = None,
+        n: Annotated[int | None, Field(description="How many images (default 1).", strict=True)] = None,
     ) -> t.CallToolResult:
         """Generate images from a text prompt; returns PNG images."""
         front = _front(ctx)
