@@ -92,6 +92,7 @@ class Engine:
         self.trace_dir = settings.trace_dir or default_trace_dir()
         self.conversations = Conversations(settings.conversations_db or default_conversations_path())
         self._redact = redact or Redactor.of(environ, servers, settings.http_token)
+        self._listeners: list[Callable[[], None]] = []
         self._trust_file = trust_file
         self._trust_stamp: tuple[int, ...] | None = None
         self._recorded: dict[str, Recorded] = {}
@@ -101,7 +102,6 @@ class Engine:
         self._config_stamp = None if config_file is None else _stamp(config_file)
         self.config_problem: str | None = None  # why the followed config file cannot be used, while it cannot
         self._reload_now = anyio.Event()
-        self._listeners: list[Callable[[], None]] = []
         self._background: anyio.abc.TaskGroup | None = None  # follows the config file
 
     async def __aenter__(self) -> Engine:
@@ -199,10 +199,7 @@ class Engine:
             if not starting:  # at the start the owner says it (the command line refuses to serve with it)
                 log.warning("trust_file_unreadable", path=str(self._trust_file), error=str(exc))
         self._trust_stamp = stamp
-        if starting:
-            self._toolbox = None
-        else:
-            self._changed()
+        self._changed()
 
     def describe(self) -> dict[str, Any]:
         """The toolbox as JSON: each child with its status, each tool with names, annotations, trust and `enabled`;

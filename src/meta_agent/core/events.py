@@ -114,7 +114,8 @@ class ApprovalRequested:
 @dataclass(frozen=True, kw_only=True)
 class ApprovalAnswered:
     """What came of it: `answer` is "allowed once", "allowed for this session", "denied", "declined", "cancelled",
-    "already allowed for this conversation", or why nobody could be asked."""
+    "already allowed for this session" (or "for this conversation", "for the rest of this run"), or why nobody could
+    be asked."""
 
     step: int
     call_id: str
