@@ -230,3 +230,116 @@ def test_a_refusal_that_says_what_it_got_in_words_shows_the_value_once() -> None
         problem(caught.value.errors()[0])
         == "input should be a valid integer, got a number with a fractional part (2.5)"
     )
+
+
+# -- webhooks ------------------------------------------------------------------------------------------------------
+
+
+def webhooks(**entries: object) -> str:
+    return json.dumps({"webhooks": entries})
+
+
+HOOK = {"url": "https://hooks.example/x"}
+
+BAD_WEBHOOKS = [
+    ("url-scheme", webhooks(n={"url": "ftp://hooks.example/x"}), "webhooks.n: `url` must be an http:// or https://"),
+    (
+        "url-no-host",
+        webhooks(n={"url": "https:///x"}),
+        "webhooks.n: `url` must be an http:// or https:// URL with a host",
+    ),
+    ("url-port", webhooks(n={"url": "https://h:99999/x"}), "webhooks.n: `url` has a bad port"),
+    ("url-missing", webhooks(n={"method": "GET"}), "webhooks.n.url: required key is missing"),
+    ("url-unset-var", webhooks(n={"url": "${NOPE}"}), "webhooks.n.url: environment variable NOPE is not set"),
+    (
+        "unknown-key",
+        webhooks(n={**HOOK, "metod": "GET"}),
+        "webhooks.n.metod: unknown key 'metod' (did you mean 'method'?)",
+    ),
+    ("misspelt-top", '{"webhook": {}, "mcpServers": {}}', "webhook: unknown key 'webhook' (did you mean 'webhooks'?)"),
+    ("method", webhooks(n={**HOOK, "method": "HEAD"}), "webhooks.n.method: input should be 'GET', 'POST'"),
+    (
+        "trust-level",
+        webhooks(n={**HOOK, "trust": "maybe"}),
+        "webhooks.n.trust: input should be 'never', 'ask' or 'always'",
+    ),
+    ("trust-map", webhooks(n={**HOOK, "trust": {"*": "ask"}}), "webhooks.n.trust: input should be 'never'"),
+    ("timeout-zero", webhooks(n={**HOOK, "timeout": 0}), "webhooks.n.timeout: input should be greater than 0"),
+    (
+        "parameters-schema",
+        webhooks(n={**HOOK, "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}),
+        "webhooks.n.parameters: not a valid JSON Schema: 'strin' is not valid under any of the given schemas "
+        "(at properties.a.type)",
+    ),
+    (
+        "parameters-not-object",
+        webhooks(n={**HOOK, "parameters": {"type": "string"}}),
+        'webhooks.n.parameters: must be the JSON Schema of an object (with "type": "object")',
+    ),
+    ("parameters-list", webhooks(n={**HOOK, "parameters": []}), "webhooks.n.parameters: expected an object, got []"),
+    ("description-empty", webhooks(n={**HOOK, "description": " "}), "webhooks.n.description: must not be empty"),
+    ("header-name", webhooks(n={**HOOK, "headers": {"A B": "x"}}), "webhooks.n.headers: bad header name 'A B'"),
+    (
+        "header-value-unset-var",
+        webhooks(n={**HOOK, "headers": {"Authorization": "Bearer ${NOPE}"}}),
+        "webhooks.n.headers.Authorization: environment variable NOPE is not set",
+    ),
+    ("bad-name", webhooks(**{"a.b": HOOK}), "webhooks[\"a.b\"]: bad webhook name 'a.b'"),
+    ("not-object", '{"webhooks": []}', "webhooks: expected an object, got []"),
+    (
+        "clash",
+        json.dumps({"mcpServers": {"webhooks": {"command": "x"}}, "webhooks": {"n": HOOK}}),
+        "mcpServers.webhooks: a server named 'webhooks' beside the webhooks map: both would name their tools "
+        "webhooks.*; rename the server",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [case[1:] for case in BAD_WEBHOOKS], ids=[c[0] for c in BAD_WEBHOOKS])
+def test_a_bad_webhook_is_one_clear_line(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_servers(text, "servers.json", ENV)
+    message = str(caught.value)
+    assert message.startswith("servers.json: ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_a_header_value_that_cannot_be_sent_is_refused_without_quoting_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_servers(webhooks(n={**HOOK, "headers": {"X-Key": "${TOKEN}\nInjected: 1"}}), "servers.json", ENV)
+    assert "the value of header 'X-Key' must be printable ASCII on one line" in str(caught.value)
+    assert ENV["TOKEN"] not in str(caught.value)
+
+
+def test_webhooks_load_beside_servers_or_alone() -> None:
+    text = json.dumps(
+        {
+            "mcpServers": {"time": {"command": "mcp-server-time"}},
+            "webhooks": {
+                "notify": {
+                    "url": "https://hooks.example/x?token=${TOKEN}",
+                    "method": "post",
+                    "headers": {"Authorization": "Bearer ${TOKEN}"},
+                    "description": "Post a message",
+                    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+                    "timeout": 30,
+                    "trust": "always",
+                },
+                "off": {"url": "${NOT_SET}", "disabled": True},
+            },
+        }
+    )
+    loaded = parse_servers(text, "servers.json", ENV)
+    assert list(loaded) == ["time"]  # the servers, as before; the webhooks beside them
+    notify = loaded.webhooks["notify"]
+    assert (notify.url, notify.method, notify.headers) == (
+        "https://hooks.example/x?token=s3cret",
+        "POST",
+        {"Authorization": "Bearer s3cret"},
+    )
+    assert (notify.timeout, notify.trust, notify.description) == (30, "always", "Post a message")
+    assert loaded.webhooks["off"].url == "${NOT_SET}"  # disabled: not expanded
+    alone = parse_servers(webhooks(n=HOOK), "servers.json", {})
+    assert dict(alone) == {} and list(alone.webhooks) == ["n"]
+    assert parse_servers(servers(a={"command": "x"}), "servers.json", {}).webhooks == {}

@@ -494,7 +494,8 @@ MODEL_MALFORMED = {
         replies=_calling("image_gen", "[1, 2]"), told="[error] the arguments for image_gen were not a JSON object"
     ),
     "unknown_tool": ModelFault(
-        replies=_calling("no_such_tool", {}), told="[error] unknown tool 'no_such_tool'; the tools are: image_gen"
+        replies=_calling("no_such_tool", {}),
+        told="[error] unknown tool 'no_such_tool'; the tools are: describe_image, image_gen",
     ),
     "no_choices": ModelFault(
         replies=lambda llm, tag: llm.reply({**openai_reply("unused"), "choices": []}, match=tag),

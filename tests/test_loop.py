@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import itertools
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, get_args
 
@@ -28,7 +30,7 @@ from meta_agent.core.messages import (
 )
 from meta_agent.core.result import ErrorKind, RunOut, RunResult, StopReason
 from meta_agent.core.tool_call import ArgumentCheck, Verdict
-from meta_agent.core.tools import InternalTool, ToolHints, ToolOutcome, ToolSpec
+from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.errors import ProviderUnavailable, ScriptError
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.toolbox import Toolbox, ToolCaller
@@ -42,7 +44,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def _fake_image(arguments: Mapping[str, Any]) -> ToolOutcome:
+async def _fake_image(arguments: Mapping[str, Any], _context: RunContext = NO_RUN) -> ToolOutcome:
     return ToolOutcome(
         parts=(TextPart(text=f"made {arguments['prompt']}"), ImagePart(data="AAAA", mime_type="image/png"))
     )
@@ -406,14 +408,19 @@ async def test_allowed_for_the_session_is_not_asked_again(pool: ChildPool) -> No
 
 
 async def test_images_become_placeholders_for_a_model_without_image_input(pool: ChildPool) -> None:
-    provider = ScriptedProvider([reply("", call("f__image")), reply("saw it")], accepts_images=False)
+    """Either way the model is told each image's reference, counted over the run."""
+    script = [reply("", call("f__image")), reply("", call("f__image")), reply("saw them")]
+    provider = ScriptedProvider(script, accepts_images=False)
     _, provider, _ = await go(pool, [], provider=provider)
-    [(text, _)] = tool_results(provider.requests[1])
-    assert text.startswith("[image: image/png, ")
+    [(text, _)] = tool_results(provider.requests[2])
+    assert re.fullmatch(r"\[image-2: image/png, [0-9]+ bytes, not shown\]", text), text
     with_images = ScriptedProvider([reply("", call("f__image")), reply("saw it")])
     _, with_images, _ = await go(pool, [], provider=with_images)
     message = with_images.requests[1].messages[-1]
-    assert isinstance(message, ToolMessage) and isinstance(message.results[0].parts[0], ImagePart)
+    assert isinstance(message, ToolMessage)
+    label, image = message.results[0].parts
+    assert isinstance(label, TextPart) and isinstance(image, ImagePart)
+    assert label.text == f"[image-1: image/png, {len(base64.b64decode(image.data))} bytes]"
 
 
 async def test_a_huge_result_is_cut_with_a_marker(pool: ChildPool) -> None:
@@ -456,7 +463,7 @@ def nested(depth: int) -> dict[str, Any]:
     return value
 
 
-async def _kept(_arguments: Mapping[str, Any]) -> ToolOutcome:
+async def _kept(_arguments: Mapping[str, Any], _context: RunContext = NO_RUN) -> ToolOutcome:
     return ToolOutcome(parts=(TextPart(text="kept"),))
 
 

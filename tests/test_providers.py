@@ -187,7 +187,7 @@ async def test_anthropic_tool_use_thinking_and_request_shape(llm: FakeLLM) -> No
         await provider.aclose()
     assert response.text == "on it"
     assert response.tool_calls == (ToolCall(id="tu1", name="f__echo", arguments={"text": "yo"}),)
-    assert response.thinking == (ThinkingPart(text="let me see", signature="sig-2"),)
+    assert response.thinking == (ThinkingPart(text="let me see", signature="sig-2", origin="anthropic"),)
     assert (response.usage.input_tokens, response.usage.output_tokens) == (50, 11)
     [seen] = llm.requests
     assert seen.path == "/v1/messages"

@@ -135,7 +135,7 @@ async def test_child_progress_and_a_failed_tool_in_progress(client: Client, llm:
     [
         (
             {"task": "t", "tools": ["nope.*"]},
-            "tools: pattern 'nope.*' matches no tool (the tools are: image_gen, f.echo",
+            "tools: pattern 'nope.*' matches no tool (the tools are: image_gen, describe_image, f.echo",
         ),
         ({"task": "t", "tools": ["bad pattern"]}, "tools: bad pattern 'bad pattern'"),
         ({"task": "t", "tools": ["["]}, "tools: bad pattern '[': unbalanced [ ]"),
@@ -425,8 +425,9 @@ async def test_without_an_image_backend_image_gen_is_withheld_saying_why() -> No
     async with Client(server) as client:
         assert {tool.name for tool in (await client.list_tools()).tools} == {"ask", "plan", "agent"}
         resource = await client.read_resource("meta-agent://toolbox")
-    [image_gen] = json.loads(resource.contents[0].text)["tools"]  # type: ignore[union-attr]
-    assert (image_gen["name"], image_gen["enabled"]) == ("image_gen", False)
+    tools = {tool["name"]: tool for tool in json.loads(resource.contents[0].text)["tools"]}  # type: ignore[union-attr]
+    image_gen = tools["image_gen"]
+    assert image_gen["enabled"] is False and tools["describe_image"]["enabled"] is True
     assert "OPENAI_API_KEY" in image_gen["withheld"] and "\n" not in image_gen["withheld"]
 
 
@@ -539,7 +540,7 @@ async def test_a_run_waits_only_for_the_children_its_tools_need(era: str, llm: F
                 assert (await child_states(client))["mute"] == "starting", (tool, arguments)
             asked = await client.call_tool("ask", {"prompt": "hi", "tools": ["mute.*"]})
             assert text_of(asked) == (
-                "tools: pattern 'mute.*' matches no tool of ask mode, which uses internal tools only (image_gen)"
+                "tools: pattern 'mute.*' matches no tool of ask mode, which uses internal tools only (image_gen, describe_image)"
             )
 
 
@@ -558,7 +559,10 @@ async def test_a_run_that_needs_a_never_answering_child_waits_its_start_timeout_
             # Without patterns a run needs every child: it waited for mute, then goes on without its tools.
             llm.reply(openai_reply("fine"))
             assert text_of(await client.call_tool("agent", {"task": "t"})) == "fine"
-            assert [tool["function"]["name"] for tool in llm.requests[-1].body["tools"]] == ["image_gen"]
+            assert [tool["function"]["name"] for tool in llm.requests[-1].body["tools"]] == [
+                "image_gen",
+                "describe_image",
+            ]
 
 
 async def test_a_failed_start_is_told_at_the_start_timeout_not_once_the_child_is_stopped(llm: FakeLLM) -> None:

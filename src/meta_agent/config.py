@@ -1,7 +1,8 @@
 """`servers.json` and the `META_AGENT_*` settings.
 
 `servers.json` is the `mcpServers` map that Claude Desktop and Cursor use, plus optional policy keys per server
-(design.md §2.2). Every problem is a `ConfigError` whose text is one line: the file, the JSON path, the problem.
+(design.md §2.2), and a `webhooks` map beside it: each entry an HTTP endpoint offered as the tool `webhooks.NAME`.
+Every problem is a `ConfigError` whose text is one line: the file, the JSON path, the problem.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meta_agent.core.limits import DEFAULT_MAX_STEPS, DEFAULT_TOKEN_BUDGET
 from meta_agent.core.policy import TrustLevel
+from meta_agent.core.tools import WEBHOOKS
 from meta_agent.errors import ConfigError
-from meta_agent.text import first_line
+from meta_agent.text import first_line, one_line
 from meta_agent.validation import did_you_mean, json_kind, json_path, problem, refusal
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -27,6 +30,11 @@ GLOB = re.compile(r"[A-Za-z0-9._*?\[\]!/-]+")
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
 DEFAULT_TIMEOUT = 60.0
+# An HTTP header's name (a token, RFC 9110) and a value httpx can send as it is.
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
+# What a webhook takes when its entry gives no `parameters`: an object, with nothing required.
+ANY_OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
 # Seconds a child may take to start (connect, initialize, list its tools) before it is marked failed.
 DEFAULT_START_TIMEOUT = 30.0
 DEFAULT_CONFIG = Path("servers.json")
@@ -133,14 +141,113 @@ class ServerEntry(_Strict):
         return "stdio" if self.command is not None else "http"
 
 
+class WebhookEntry(_Strict):
+    """One entry of `webhooks`: an HTTP endpoint (an n8n or Zapier workflow, a CI trigger) offered as a tool whose
+    validated arguments it receives as JSON (as query parameters with GET)."""
+
+    url: str
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    description: str | None = None  # None: a default naming the webhook (webhooks.py)
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(ANY_OBJECT))
+    timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, le=86_400)
+    trust: TrustLevel | None = None  # None: the default of a tool that is not read-only, ask
+    disabled: bool = False
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _method(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not HEADER_NAME.fullmatch(name):
+                raise ValueError(f"bad header name {name!r}: use letters, digits and - (an HTTP token)")
+            if not HEADER_VALUE.fullmatch(text):  # the value is not quoted back: it may hold a secret
+                raise ValueError(f"the value of header {name!r} must be printable ASCII on one line")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be empty (leave it out for a default naming the webhook)")
+        return value
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value.get("type") != "object":
+            raise ValueError('must be the JSON Schema of an object (with "type": "object"): the tool\'s arguments')
+        problem = _schema_problem(value)
+        if problem is not None:
+            raise ValueError(f"not a valid JSON Schema: {problem}")
+        return value
+
+    @model_validator(mode="after")
+    def _url(self) -> WebhookEntry:
+        if self.disabled and "${" in self.url:  # left unexpanded: its variables may be unset while it is off
+            return self
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in self.url):
+            raise ValueError(f"`url` must be an http:// or https:// URL with a host, got {self.url!r}")
+        try:
+            parts.port  # noqa: B018 (reading it checks it)
+        except ValueError as exc:
+            raise ValueError(f"`url` has a bad port: {exc}") from None
+        return self
+
+    @property
+    def origin(self) -> str:
+        """`https://hooks.example:8443`: where the webhook goes, shown without the credentials, path and query of its
+        URL, which may be its secret (an n8n webhook's path is)."""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+def _schema_problem(schema: dict[str, Any]) -> str | None:
+    """What makes `schema` unusable as a JSON Schema (by the draft its `$schema` names, else 2020-12), in one line;
+    None when it is usable. Checked as the loop checks a tool's schema before it validates arguments with it."""
+    import jsonschema  # here, not at the top: most configurations have no webhook, and `--help` must stay quick
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = json_path(list(exc.absolute_path))
+        at = "" if where == "(top level)" else f" (at {where})"
+        return f"{one_line(exc.message, 160)}{at}"
+    return None
+
+
 class ServersFile(_Strict):
-    """The whole file."""
+    """The whole file: the servers and the webhooks (design.md §2.2)."""
 
     mcpServers: dict[str, ServerEntry]
+    webhooks: dict[str, WebhookEntry] = Field(default_factory=dict)
 
 
-def load_servers(path: Path, environ: Mapping[str, str]) -> dict[str, ServerEntry]:
-    """Read and check `servers.json`, expanding `${VAR}` and `${VAR:-default}` in enabled servers.
+class Servers(dict[str, ServerEntry]):
+    """A servers.json as loaded: its `mcpServers` by name, as the plain dict every caller already takes, and its
+    `webhooks` beside them. One value, so the webhooks go wherever the servers are passed (the command line, the MCP
+    front, the engine, a reload) without a second argument at each step."""
+
+    def __init__(
+        self, servers: Mapping[str, ServerEntry] | None = None, webhooks: Mapping[str, WebhookEntry] | None = None
+    ) -> None:
+        super().__init__(servers or {})
+        self.webhooks: dict[str, WebhookEntry] = dict(webhooks or {})
+
+
+def webhooks_of(servers: Mapping[str, ServerEntry]) -> dict[str, WebhookEntry]:
+    """The webhooks loaded with `servers` (none when they are a plain mapping of servers)."""
+    return dict(servers.webhooks) if isinstance(servers, Servers) else {}
+
+
+def load_servers(path: Path, environ: Mapping[str, str]) -> Servers:
+    """Read and check `servers.json`, expanding `${VAR}` and `${VAR:-default}` in enabled servers and webhooks.
 
     Raises:
         ConfigError: one line naming the file, the JSON path and the problem.
@@ -154,7 +261,7 @@ def load_servers(path: Path, environ: Mapping[str, str]) -> dict[str, ServerEntr
     return parse_servers(text, str(path), environ)
 
 
-def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[str, ServerEntry]:
+def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> Servers:
     """Parse the text of a servers file; `source` names it in errors.
 
     Raises:
@@ -170,22 +277,41 @@ def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> dict[st
         raise ConfigError(f"{source}: invalid JSON: {first_line(str(exc)) or type(exc).__name__}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f'{source}: expected a JSON object with "mcpServers", got {json_kind(raw)}')
-    entries = raw.get("mcpServers")
-    if isinstance(entries, dict):
-        for name, entry in entries.items():
-            where = f"{source}: {json_path(['mcpServers', name])}"
-            if not SERVER_NAME.fullmatch(name):
-                raise ConfigError(
-                    f"{where}: bad server name {name!r}: use letters, digits, '_' and '-' (the dot separates "
-                    "server and tool)"
-                )
-            if isinstance(entry, dict) and entry.get("disabled") is not True:
-                entries[name] = _expand_raw(entry, where, environ)
+    if WEBHOOKS in raw:  # a file of webhooks alone needs no servers
+        raw.setdefault("mcpServers", {})
+    _expand_entries(raw, "mcpServers", source, environ)
+    _expand_entries(raw, WEBHOOKS, source, environ)
     try:
         parsed = ServersFile.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"{source}: {refusal(exc, known=_known_keys)}") from None
-    return dict(parsed.mcpServers)
+    if WEBHOOKS in parsed.mcpServers and parsed.webhooks:
+        raise ConfigError(
+            f"{source}: {json_path(['mcpServers', WEBHOOKS])}: a server named {WEBHOOKS!r} beside the webhooks map: "
+            f"both would name their tools {WEBHOOKS}.*; rename the server"
+        )
+    return Servers(parsed.mcpServers, parsed.webhooks)
+
+
+# Why a name may not have other characters, by the map it names an entry of.
+_NAME_RULES = {
+    "mcpServers": ("server", "the dot separates server and tool"),
+    WEBHOOKS: ("webhook", f"the tool is {WEBHOOKS}.NAME"),
+}
+
+
+def _expand_entries(raw: dict[str, Any], key: str, source: str, environ: Mapping[str, str]) -> None:
+    """Check the names of the entries of `raw[key]` and expand the variables of those enabled, in place."""
+    entries = raw.get(key)
+    if not isinstance(entries, dict):
+        return  # validation names what it is instead
+    noun, why = _NAME_RULES[key]
+    for name, entry in entries.items():
+        where = f"{source}: {json_path([key, name])}"
+        if not SERVER_NAME.fullmatch(name):
+            raise ConfigError(f"{where}: bad {noun} name {name!r}: use letters, digits, '_' and '-' ({why})")
+        if isinstance(entry, dict) and entry.get("disabled") is not True:
+            entries[name] = _expand_raw(entry, where, environ)
 
 
 class _DuplicateKey(Exception):
@@ -246,7 +372,7 @@ def _known_keys(parent: Sequence[int | str]) -> list[str]:
     if not parent:
         return list(ServersFile.model_fields)
     if len(parent) == 2:
-        return list(ServerEntry.model_fields)
+        return list((WebhookEntry if parent[0] == WEBHOOKS else ServerEntry).model_fields)
     if len(parent) == 3 and parent[2] == "tools":
         return list(ToolFilter.model_fields)
     return []
@@ -274,6 +400,11 @@ class Settings(BaseSettings):
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None
+    # Which OpenAI wire format openai: speaks; None: the Responses API against OpenAI itself, Chat Completions at any
+    # other OPENAI_BASE_URL (providers.make_provider). The ollama: and gemini: presets speak Chat Completions.
+    openai_api: Literal["responses", "chat"] | None = None
+    # The model describe_image asks (`provider:model`); None: the run's model, when it accepts images.
+    vision_model: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] | None = None
 
     def enabled_internal_tools(self, known: list[str]) -> list[str]:

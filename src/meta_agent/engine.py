@@ -23,7 +23,7 @@ import structlog
 from meta_agent.children.pool import ChildPool
 from meta_agent.children.questions import Questions
 from meta_agent.children.supervisor import ChildServer, ChildStatus
-from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings, load_servers
+from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings, load_servers, webhooks_of
 from meta_agent.core import events as ev
 from meta_agent.core.events import Emit, Event
 from meta_agent.core.limits import DEFAULT_PLAN_STEPS, Limits
@@ -32,9 +32,9 @@ from meta_agent.core.provider import Provider
 from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tools import InternalTool, ToolSpec
-from meta_agent.errors import ConfigError, ConversationLost, PatternError
+from meta_agent.errors import ConfigError, ConversationLost, ModelNotConfigured, PatternError
 from meta_agent.internal import INTERNAL_TOOLS, LEFT_OUT, internal_tools
-from meta_agent.providers import make_provider, resolve_provider
+from meta_agent.providers import Unusable, make_provider, parse_chain, resolve_provider
 from meta_agent.records import trustfile
 from meta_agent.records.conversations import Conversations, Turn
 from meta_agent.records.conversations import default_path as default_conversations_path
@@ -42,7 +42,8 @@ from meta_agent.records.telemetry import Spans
 from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.records.trustfile import Recorded
 from meta_agent.text import one_line, some_of
-from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, withheld_child_tools
+from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, withheld_child_tools, withheld_webhooks
+from meta_agent.webhooks import Webhooks
 
 log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
@@ -82,16 +83,19 @@ class Engine:
         self.internal, self.withheld = internal_tools(settings, environ)
         if settings.image_model and self.withheld.get("image_gen", LEFT_OUT) != LEFT_OUT:  # set, yet unusable
             log.warning("image_gen_withheld", reason=self.withheld["image_gen"])
+        if settings.vision_model and self.withheld.get("describe_image", LEFT_OUT) != LEFT_OUT:
+            log.warning("describe_image_withheld", reason=self.withheld["describe_image"])
         self.pool = ChildPool(servers, restart=restart, start_timeout=start_timeout, on_change=self._child_changed)
         self.caller = ToolCaller(self.pool.children, self.internal)
         self._checks = ArgumentCheck()  # validators outlive a run: building one costs more than a step
         self._toolbox: Toolbox | None = None
-        self._provider: Provider | None = None
+        self._providers: dict[str, Provider] = {}  # the models made, by their spec ("": the one found by looking)
         self._given_provider = provider
         self._provider_lock = anyio.Lock()
         self.trace_dir = settings.trace_dir or default_trace_dir()
         self.conversations = Conversations(settings.conversations_db or default_conversations_path())
         self._redact = redact or Redactor.of(environ, servers, settings.http_token)
+        _learn_webhook_secrets(self._redact, servers)
         self._listeners: list[Callable[[], None]] = []
         self._trust_file = trust_file
         self._trust_stamp: tuple[int, ...] | None = None
@@ -120,8 +124,8 @@ class Engine:
             self._background.cancel_scope.cancel()
             await self._background.__aexit__(None, None, None)
         try:
-            if self._provider is not None:
-                await self._provider.aclose()
+            for provider in self._providers.values():
+                await provider.aclose()
         finally:
             self.conversations.close()
             await self.pool.__aexit__(*exc_info)
@@ -148,6 +152,7 @@ class Engine:
             return
         self.config_problem = None
         self._redact.learn(servers)
+        _learn_webhook_secrets(self._redact, servers)
         changes = self.pool.reconcile(servers)
         log.info(
             "config_reloaded",
@@ -155,6 +160,7 @@ class Engine:
             added=list(changes.added),
             removed=list(changes.removed),
             restarted=list(changes.restarted),
+            webhooks_changed=list(changes.webhooks),
         )
         self._changed()
 
@@ -180,7 +186,9 @@ class Engine:
         """The current toolbox; rebuilt after a child starts, dies or restarts, or the trust file changes."""
         self._read_trust_file()
         if self._toolbox is None:
-            self._toolbox = Toolbox.build(self.internal, self.pool, self._recorded, trust_problem=self.trust_problem)
+            self._toolbox = Toolbox.build(
+                self.internal, self.pool, self._recorded, trust_problem=self.trust_problem, webhooks=self.pool.webhooks
+            )
         return self._toolbox
 
     def _read_trust_file(self, *, starting: bool = False) -> None:
@@ -208,6 +216,7 @@ class Engine:
         toolbox = self.toolbox()
         return {
             "servers": [_status_json(child) for child in self.pool],
+            "webhooks": _webhooks_json(self.pool.webhooks),
             "tools": [_tool_json(spec) for spec in toolbox.tools]
             + [_tool_json(spec, why) for spec, why in self.withheld_specs()],
             "problems": list(toolbox.problems) + ([self.config_problem] if self.config_problem else []),
@@ -222,11 +231,12 @@ class Engine:
     def withheld_specs(self) -> list[tuple[ToolSpec, str]]:
         """Every tool known but withheld, as the toolbox would list it, with why in one line: internal tools switched
         off or without a backend (`self.withheld`), then each child's tools that `tools.allow`/`tools.deny` filter
-        out or that it listed before it went down. The loop never sees them."""
+        out or that it listed before it went down, then the disabled webhooks. The loop never sees them."""
         declared = [tool for tool in INTERNAL_TOOLS if tool.name in self.withheld]
         internal = Toolbox.build(declared, (), self._recorded, trust_problem=self.trust_problem).tools
         children = withheld_child_tools(self.pool, self._recorded, trust_problem=self.trust_problem)
-        return [(spec, self.withheld[spec.name]) for spec in internal] + children
+        webhooks = withheld_webhooks(self.pool.webhooks, self._recorded, trust_problem=self.trust_problem)
+        return [(spec, self.withheld[spec.name]) for spec in internal] + children + webhooks
 
     def internal_tool(self, name: str) -> InternalTool | None:
         return next((tool for tool in self.internal if tool.name == name), None)
@@ -289,7 +299,7 @@ class Engine:
     ) -> RunResult:
         """`run`, within its turn of the conversation (`turn.history`: the transcript so far)."""
         history = turn.history
-        provider = await self._model(sampling)
+        provider, *fallbacks = await self._models(sampling)
         # Only the children this run can use: a child still starting would be missing from its tools.
         await self.pool.wait_settled(self._children_needed(patterns, mode))
         request = RunRequest(
@@ -307,7 +317,13 @@ class Engine:
             log.info("run_started", mode=mode, model=provider.name, tools=len(request.tools))
             try:
                 result = await run(
-                    request, provider=provider, tools=caller, approver=approver, emit=fan_out, checks=self._checks
+                    request,
+                    provider=provider,
+                    fallbacks=fallbacks,
+                    tools=caller,
+                    approver=approver,
+                    emit=fan_out,
+                    checks=self._checks,
                 )
             finally:
                 with anyio.CancelScope(shield=True):  # the trace is whole on disk before the result is returned
@@ -379,22 +395,48 @@ class Engine:
             and (patterns is None or any(may_name_server(pattern, child.name) for pattern in patterns))
         ]
 
-    async def _model(self, sampling: Provider | None) -> Provider:
-        """The host's model where it is asked for (META_AGENT_MODEL=sampling) or nothing else is set; else the
-        configured provider, made once and kept (a sampling provider belongs to one call and is never kept).
+    async def _models(self, sampling: Provider | None) -> tuple[Provider, ...]:
+        """The run's model, then the rest of its fallback chain. The host's model where it is asked for (`sampling`
+        in META_AGENT_MODEL) or nothing else is set; the others made once and kept (a sampling provider belongs to
+        one call and is never kept). In a chain, a model that cannot be made here is `Unusable`: the chain passes it.
 
         Raises:
-            ModelNotConfigured: no usable model, saying what to set.
+            ModelNotConfigured: no usable model, or a malformed META_AGENT_MODEL, saying what to set.
         """
         if self._given_provider is not None:
-            return self._given_provider
+            return (self._given_provider,)
         spec = (self.settings.model or "").strip()
-        if spec == "sampling" or (not spec and sampling is not None):
+        if not spec:
+            return (sampling if sampling is not None else await self._made(""),)
+        chain = parse_chain(spec)
+        models = []
+        for member in chain:
+            try:
+                models.append(await self._made(member, sampling))
+            except ModelNotConfigured as exc:
+                if len(chain) == 1:
+                    raise
+                models.append(Unusable(member, str(exc)))
+        return tuple(models)
+
+    async def _made(self, spec: str, sampling: Provider | None = None) -> Provider:
+        """The provider `spec` names ("": the one `resolve_provider` finds), made once and kept; `sampling` is the
+        caller's own.
+
+        Raises:
+            ModelNotConfigured: it cannot be made here.
+        """
+        if spec == "sampling":
             return make_provider("sampling", self.environ, sampling=sampling)
         async with self._provider_lock:  # two first calls at once must not make (and leak) two clients
-            if self._provider is None:
-                self._provider = await resolve_provider(spec or None, self.environ, timeout=self.settings.model_timeout)
-        return self._provider
+            if spec not in self._providers:
+                self._providers[spec] = await resolve_provider(
+                    spec or None,
+                    self.environ,
+                    timeout=self.settings.model_timeout,
+                    openai_api=self.settings.openai_api,
+                )
+        return self._providers[spec]
 
     def _limits(self, mode: Mode, max_steps: int | None, token_budget: int | None) -> Limits:
         ceiling = self.settings.max_steps_ceiling
@@ -467,6 +509,26 @@ def _tool_json(spec: ToolSpec, withheld: str | None = None) -> dict[str, Any]:
         "enabled": withheld is None,
         "withheld": withheld,
     }
+
+
+def _webhooks_json(webhooks: Webhooks) -> list[dict[str, Any]]:
+    """Each webhook's tool, method, origin (never the path or query, which may be its secret), timeout and trust set."""
+    return [
+        {
+            "name": name,
+            "tool": f"{webhooks.name}.{name}",
+            "method": entry.method,
+            "origin": None if entry.disabled else entry.origin,
+            "timeout": entry.timeout,
+            "enabled": not entry.disabled,
+        }
+        for name, entry in webhooks.entries.items()
+    ]
+
+
+def _learn_webhook_secrets(redact: Redactor, servers: Mapping[str, ServerEntry]) -> None:
+    """Teach `redact` the webhooks' header values (a token expanded from `${VAR}`), as it learns a server's."""
+    redact.learn_values(value for hook in webhooks_of(servers).values() for value in hook.headers.values())
 
 
 def _status_json(child: ChildServer) -> dict[str, Any]:

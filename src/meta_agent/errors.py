@@ -4,7 +4,8 @@
     ├── ConfigError           bad servers.json, settings or command-line input (the CLI exits 2)
     ├── PatternError          a tool selection pattern that can never match a tool name
     ├── LimitExceeded         a run reached one of its limits; `reason` names it (the loop's last turn follows)
-    ├── ProviderError         the model provider failed; this ends the run
+    ├── ProviderError         the model provider failed; this ends the run, or passes the turn to the next model
+    │                         of a fallback chain (`falls_back`: auth, rate limit, unavailable)
     │   ├── ModelNotConfigured no model is configured, or the configured one cannot be used here
     │   ├── ProviderAuthError  the provider refused the credentials
     │   ├── ProviderRateLimited the provider's rate limit, after the SDK's own retries
@@ -55,7 +56,15 @@ class LimitExceeded(MetaAgentError):
 
 
 class ProviderError(MetaAgentError):
-    """The model provider failed; `str(error)` is one line naming the provider and what to do."""
+    """The model provider failed; `str(error)` is one line naming the provider and what to do; `brief` says what
+    failed in a few words ("HTTP 503"), for a progress line."""
+
+    # Whether the next model of a fallback chain takes the turn: the provider, not the request, failed.
+    falls_back = False
+
+    def __init__(self, message: str, *, brief: str | None = None) -> None:
+        super().__init__(message)
+        self.brief = brief or message
 
 
 class ModelNotConfigured(ProviderError):
@@ -63,15 +72,21 @@ class ModelNotConfigured(ProviderError):
 
 
 class ProviderAuthError(ProviderError):
-    """The provider refused the API key."""
+    """The provider refused the API key, or has none."""
+
+    falls_back = True
 
 
 class ProviderRateLimited(ProviderError):
     """Rate limited, after the SDK's retries."""
 
+    falls_back = True
+
 
 class ProviderUnavailable(ProviderError):
     """Connection failure, timeout, overload or a server error, after the SDK's retries."""
+
+    falls_back = True
 
 
 class ProviderBadRequest(ProviderError):

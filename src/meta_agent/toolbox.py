@@ -1,10 +1,10 @@
-"""Internal tools and the children's tools in one registry.
+"""Internal tools, the children's tools and the webhooks of servers.json (`webhooks.NAME`) in one registry.
 
 Every tool has an MCP-facing name (`server.tool` for a child's tool, the bare name for an internal one) and a
 model-facing alias in `[A-Za-z0-9_-]{1,64}`, which is what LLM APIs accept. The alias of a name never depends on
 the other tools: `server__tool` where that is unambiguous, else a readable prefix and a hash of the full name.
 Tools whose names or aliases would clash are reported in `Toolbox.problems`, never silently dropped. Tools known
-but not offered (`withheld_child_tools`) are described for a host's tool selector, never callable.
+but not offered (`withheld_child_tools`, `withheld_webhooks`) are described for a host's tool selector, never callable.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from meta_agent.config import check_glob
 from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.policy import TrustLevel, stricter, trust_level, visible
 from meta_agent.core.result import Mode
-from meta_agent.core.tools import InternalTool, ProgressFn, ToolHints, ToolOutcome, ToolSpec
+from meta_agent.core.tools import NO_RUN, InternalTool, ProgressFn, RunContext, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.errors import ChildUnavailable, PatternError
 from meta_agent.records.trustfile import Recorded, definition_hash
 from meta_agent.text import one_line
+from meta_agent.webhooks import Webhooks
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_ALIAS = 64
@@ -84,14 +85,17 @@ class Toolbox:
         recorded: Mapping[str, Recorded] | None = None,
         *,
         trust_problem: str | None = None,
+        webhooks: Webhooks | None = None,
     ) -> Toolbox:
-        """The toolbox of `internal` tools and the ready children's tools; `recorded` are levels from the trust file.
-        With a `trust_problem` (the file cannot be read now), `recorded` are the levels last read: they may lower a
-        tool's trust, never raise it, and the problem heads the toolbox's problems."""
+        """The toolbox of `internal` tools, the ready children's tools and the enabled `webhooks`; `recorded` are
+        levels from the trust file. With a `trust_problem` (the file cannot be read now), `recorded` are the levels
+        last read: they may lower a tool's trust, never raise it, and the problem heads the toolbox's problems."""
         levels = Levels(recorded or {}, stale=trust_problem is not None)
         specs = [_internal_spec(tool, levels) for tool in internal]
         for child in children:
             specs.extend(_child_spec(child.name, tool, child.entry.trust, levels) for tool in child.tools)
+        if webhooks is not None:
+            specs.extend(_child_spec(webhooks.name, tool, webhooks.trust, levels) for tool in webhooks.tools)
         toolbox = cls.of(specs)
         if trust_problem is None:
             return toolbox
@@ -158,6 +162,17 @@ def withheld_child_tools(
             seen_here.add(tool.name)
             withheld.append((_child_spec(child.name, tool, child.entry.trust, levels), why))
     return withheld
+
+
+def withheld_webhooks(
+    webhooks: Webhooks, recorded: Mapping[str, Recorded] | None = None, *, trust_problem: str | None = None
+) -> list[tuple[ToolSpec, str]]:
+    """The disabled webhooks, described as `Toolbox.build` would list them, each with why; never called."""
+    levels = Levels(recorded or {}, stale=trust_problem is not None)
+    return [
+        (_child_spec(webhooks.name, tool, webhooks.trust, levels), "disabled in servers.json")
+        for tool in webhooks.disabled
+    ]
 
 
 def _down_why(server: str, state: str, error: str | None) -> str:
@@ -291,11 +306,12 @@ def _child_spec(server: str, tool: t.Tool, trust: Mapping[str, TrustLevel], reco
 
 
 class ToolCaller:
-    """Runs a toolbox tool: an internal one in-process, a child's through its connection."""
+    """Runs a toolbox tool: an internal one in-process, a child's through its connection, a webhook's as an HTTP
+    request (`children` has the webhooks under their server name, children.pool.ChildPool.children)."""
 
     def __init__(
         self,
-        children: Mapping[str, ChildServer],
+        children: Mapping[str, ChildServer | Webhooks],
         internal: Sequence[InternalTool],
         questions: Questions | None = None,
     ) -> None:
@@ -304,16 +320,23 @@ class ToolCaller:
         self._questions = questions  # answers children that ask during a call; None declines them
 
     async def call(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], on_progress: ProgressFn | None = None
+        self,
+        spec: ToolSpec,
+        arguments: Mapping[str, Any],
+        on_progress: ProgressFn | None = None,
+        *,
+        context: RunContext = NO_RUN,
     ) -> ToolOutcome:
-        """Raises:
-        ChildError: the child could not complete the call.
+        """Run the call; an internal tool gets the calling run's `context`.
+
+        Raises:
+            ChildError: the child could not complete the call.
         """
         if spec.server is None:
             run = self._internal[spec.name].run
             if run is None:
                 return ToolOutcome(parts=(TextPart(text=f"{spec.name} is not available"),), is_error=True)
-            return await run(arguments)
+            return await run(arguments, context)
         child = self._children.get(spec.server)
         if child is None:  # a reload removed it while the run went on with the tools it started with
             raise ChildUnavailable(spec.server, "the server was removed from the configuration")

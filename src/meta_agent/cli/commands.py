@@ -19,8 +19,19 @@ import structlog
 
 from meta_agent.children.pool import ChildPool
 from meta_agent.cli.asking import approver_for
-from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, LiveView, check_line, fail, note, paint_for, print_toolbox
-from meta_agent.config import ServerEntry, Settings, check_glob
+from meta_agent.cli.terminal import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    LiveView,
+    check_line,
+    fail,
+    note,
+    paint_for,
+    print_toolbox,
+    webhook_line,
+)
+from meta_agent.config import ServerEntry, Settings, check_glob, webhooks_of
+from meta_agent.core.tools import WEBHOOKS
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
 from meta_agent.records import trustfile
@@ -110,7 +121,9 @@ async def list_tools(args: argparse.Namespace, settings: Settings, servers: dict
 async def check_servers(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     out = sys.stdout
     paint = paint_for(out)
-    print(f"{args.config}: {plural(len(servers), 'server')}", file=out, flush=True)
+    webhooks = webhooks_of(servers)
+    also = f", {plural(len(webhooks), 'webhook')}" if webhooks else ""
+    print(f"{args.config}: {plural(len(servers), 'server')}{also}", file=out, flush=True)
     width = max((len(name) for name in servers), default=0)
     failed: list[str] = []
     async with ChildPool(servers, restart=False, start_timeout=args.start_timeout) as pool:
@@ -120,7 +133,11 @@ async def check_servers(args: argparse.Namespace, settings: Settings, servers: d
             print(f"  {child.name.ljust(width)}  {check_line(status, paint)}", file=out, flush=True)
             if status.state == "failed":
                 failed.append(child.name)
-        problems = Toolbox.build([], pool).problems
+        # Checked when the file was read (url, headers, parameters schema); never called here: a call changes things.
+        hook_width = max((len(f"{WEBHOOKS}.{name}") for name in webhooks), default=0)
+        for name, entry in webhooks.items():
+            print(f"  {f'{WEBHOOKS}.{name}'.ljust(hook_width)}  {webhook_line(entry, paint)}", file=out)
+        problems = Toolbox.build([], pool, webhooks=pool.webhooks).problems
     for problem in problems:
         print(f"  problem: {problem}", file=out)
     if failed:

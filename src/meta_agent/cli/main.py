@@ -144,7 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         args.config = args.config or settings.config
         servers = load_servers(args.config, os.environ)
-        settings.enabled_internal_tools(["image_gen"])  # an unknown name is bad input: say so before starting
+        from meta_agent.internal import INTERNAL_TOOLS
+
+        # an unknown name is bad input: say so before starting
+        settings.enabled_internal_tools([tool.name for tool in INTERNAL_TOOLS])
         args.trust_file = trust_path(args.config)
         if args.command != "tools":  # likewise a broken trust file; `tools` shows what it does to the levels
             trustfile.load(args.trust_file)

@@ -23,6 +23,7 @@ from meta_agent.records.run_history import (
     Record,
     Responded,
     Started,
+    Switched,
     ToolFinished,
     Trace,
     read,
@@ -120,6 +121,8 @@ def _record_lines(record: Record) -> list[str]:
             return [f"step {step} · {record.name} {state} ({record.duration_ms} ms)", f"  returned: {_short(text)}"]
         case Limit():
             return [f"step {step} · limit {record.limit}: last turn without tools"]
+        case Switched():
+            return [f"step {step} · {record.failed} failed ({_short(record.brief)}); went on with {record.next}"]
         case Finished():
             return [f"done · {record.result.stop_reason}{_spent(record)}", f"answer: {_short(record.result.answer)}"]
         case Failed():

@@ -20,6 +20,7 @@ from meta_agent.text import plural
 if TYPE_CHECKING:  # types only: the main module imports this one, and must not load the MCP SDK for `--help`
     from meta_agent.children.pool import ChildPool
     from meta_agent.children.supervisor import ChildStatus
+    from meta_agent.config import WebhookEntry
     from meta_agent.core.tools import ToolSpec
     from meta_agent.toolbox import Toolbox
 
@@ -61,11 +62,20 @@ def check_line(status: ChildStatus, paint: Paint) -> str:
     return f"{paint(status.state, 'red')}  {status.error}"
 
 
+def webhook_line(entry: WebhookEntry, paint: Paint) -> str:
+    """A webhook's entry in one line: its method, where it goes (the origin only: a path may be its secret), its
+    timeout and trust; or disabled."""
+    if entry.disabled:
+        return paint("disabled", "dim")
+    trust = f"trust {entry.trust}" if entry.trust else "trust ask (default)"
+    return "  ".join((paint("valid", "green"), entry.method, entry.origin, f"timeout {entry.timeout:g} s", trust))
+
+
 def print_toolbox(
     toolbox: Toolbox, pool: ChildPool, out: TextIO, withheld: Sequence[tuple[ToolSpec, str]] = ()
 ) -> None:
-    """Internal tools first, then each child with its status and tools, each group followed by its tools that are
-    `withheld` (with why), then any problems."""
+    """Internal tools first, then each child with its status and tools, then the webhooks, each group followed by its
+    tools that are `withheld` (with why), then any problems."""
     paint = paint_for(out)
     internal = [spec for spec in toolbox.tools if spec.internal]
     print(f"{paint('internal', 'bold')} · {plural(len(internal), 'tool')}", file=out)
@@ -75,6 +85,11 @@ def print_toolbox(
         print(f"{paint(child.name, 'bold')} · {check_line(child.status, paint)}", file=out)
         _print_tools([spec for spec in toolbox.tools if spec.server == child.name], out)
         _print_withheld([(spec, why) for spec, why in withheld if spec.server == child.name], out, paint)
+    webhooks = pool.webhooks
+    if webhooks.entries:
+        print(f"{paint(webhooks.name, 'bold')} · {plural(len(webhooks.entries), 'webhook')}", file=out)
+        _print_tools([spec for spec in toolbox.tools if spec.server == webhooks.name], out)
+        _print_withheld([(spec, why) for spec, why in withheld if spec.server == webhooks.name], out, paint)
     for problem in toolbox.problems:
         print(f"{paint('problem', 'red')}: {problem}", file=out)
 

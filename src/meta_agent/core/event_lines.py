@@ -16,8 +16,11 @@ TEXT_SHOWN = 160
 def describe(event: ev.Event) -> str | None:
     """The event as one line (design.md §2.5), or None for events that say nothing new to a person."""
     match event:
-        case ev.RunStarted(mode=mode, model=model, tools=tools):
-            return f"start · {mode} with {model} · {plural(len(tools), 'tool')}"
+        case ev.RunStarted(mode=mode, model=model, tools=tools, fallbacks=fallbacks):
+            then = f" (then {', '.join(fallbacks)})" if fallbacks else ""
+            return f"start · {mode} with {model}{then} · {plural(len(tools), 'tool')}"
+        case ev.ModelSwitched(step=step, failed=failed, brief=brief, next=following):
+            return f"step {step} · {failed} failed ({one_line(brief, TEXT_SHOWN)}); going on with {following}"
         case ev.ModelTurnStarted(step=step, final=final):
             return f"step {step} · model{' (last turn, no tools)' if final else ''}"
         case ev.Thinking(step=step, text=text):

@@ -21,6 +21,7 @@ class RunStarted:
     task: str
     model: str
     tools: tuple[str, ...]
+    fallbacks: tuple[str, ...] = ()  # the models that take over, in order, when the model fails
     kind: Literal["run_started"] = "run_started"
 
 
@@ -36,6 +37,20 @@ class Thinking:
     step: int
     text: str
     kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSwitched:
+    """The run's model failed as a provider (unreachable, overloaded, rate limited, its key refused): the turn goes
+    to the next model of the fallback chain, which the rest of the run keeps. `brief`: what failed, in a few words;
+    `error`: the whole one-line error."""
+
+    step: int
+    failed: str
+    error: str
+    brief: str
+    next: str
+    kind: Literal["model_switched"] = "model_switched"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +167,7 @@ Event = (
     RunStarted
     | ModelTurnStarted
     | ModelRequested
+    | ModelSwitched
     | Thinking
     | ModelResponded
     | ToolCallStarted

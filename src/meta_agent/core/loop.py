@@ -9,6 +9,7 @@ server, approval, shaping results) is `tool_step`'s; the heartbeats of slow wait
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
 
@@ -24,6 +25,7 @@ from meta_agent.core.messages import (
     AssistantMessage,
     Message,
     ModelRequest,
+    ModelResponse,
     ToolCall,
     ToolMessage,
     ToolResult,
@@ -36,7 +38,7 @@ from meta_agent.core.result import ErrorKind, Mode, RunResult, RunUsage, StepRec
 from meta_agent.core.tool_call import Approver, bounded
 from meta_agent.core.tool_step import ToolRunner, ToolStepRunner
 from meta_agent.core.tools import ToolSpec
-from meta_agent.errors import LimitExceeded, MetaAgentError, summary
+from meta_agent.errors import LimitExceeded, MetaAgentError, ProviderError, summary
 
 # What the model sees of one tool result at most; the trace keeps the whole result.
 DEFAULT_MAX_RESULT_CHARS = 50_000
@@ -100,26 +102,29 @@ async def run(
     request: RunRequest,
     *,
     provider: Provider,
+    fallbacks: Sequence[Provider] = (),
     tools: ToolRunner,
     emit: Emit = _ignore,
     approver: Approver | None = None,
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
     checks: tool_call.ArgumentCheck | None = None,
 ) -> RunResult:
-    """Run one task to an answer.
+    """Run one task to an answer with `provider`; when it fails as a provider (`ProviderError.falls_back`), the
+    same turn goes to the next of `fallbacks`, which the rest of the run keeps.
 
     Raises:
-        ProviderError: the model provider failed (after a `RunFailed` event whose result has stop reason `error`).
+        ProviderError: the model provider failed, and no fallback was left (after a `RunFailed` event whose result
+            has stop reason `error`).
         Cancellation: re-raised after a `RunFinished` event with stop reason `cancelled`.
     """
-    return await _Run(request, provider, tools, emit, approver, heartbeat_interval, checks).go()
+    return await _Run(request, (provider, *fallbacks), tools, emit, approver, heartbeat_interval, checks).go()
 
 
 class _Run:
     def __init__(
         self,
         request: RunRequest,
-        provider: Provider,
+        chain: tuple[Provider, ...],
         tools: ToolRunner,
         emit: Emit,
         approver: Approver | None,
@@ -127,7 +132,8 @@ class _Run:
         checks: tool_call.ArgumentCheck | None,
     ) -> None:
         self.request = request
-        self.provider = provider
+        self.chain = chain
+        self.at = 0  # the model of the chain the run uses now: the first that has not failed
         self.emit = emit
         self.pulse = Pulse(heartbeat_interval, self._beat)
         self.tool_steps = ToolStepRunner(
@@ -139,9 +145,10 @@ class _Run:
             approver=approver,
             checks=checks or tool_call.ArgumentCheck(),
             pulse=self.pulse,
-            accepts_images=provider.accepts_images,
+            model=lambda: self.provider,  # read at each call: a fallback may switch the run's model
             max_result_chars=request.max_result_chars,
             max_calls_per_step=request.limits.max_tool_calls_per_step,
+            history=request.history,
         )
         self.schemas = tuple(
             ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema)
@@ -149,7 +156,7 @@ class _Run:
         )
         self.transcript: list[Message] = [*request.history, UserMessage.of(request.task)]
         self.usage = Usage()
-        self.model_calls = 0
+        self.model_calls: Counter[str] = Counter()  # by model
         self.steps: list[StepRecord] = []
         self.limits_hit = 0
         self.started = anyio.current_time()  # on the event loop's clock, as the deadline is
@@ -163,6 +170,7 @@ class _Run:
                 mode=request.mode,
                 task=request.task,
                 model=self.provider.name,
+                fallbacks=tuple(provider.name for provider in self.chain[1:]),
                 tools=tuple(spec.name for spec in request.tools),
             )
         )
@@ -246,8 +254,8 @@ class _Run:
         deadline = float("inf") if final else self._deadline()
         await self.emit(ev.ModelRequested(step=step, request=model_request))
         with anyio.move_on_at(deadline):
-            response = bounded(await self.pulse.wait(step, "model", self.provider.complete(model_request)))
-            self.model_calls += 1
+            response = bounded(await self.pulse.wait(step, "model", self._complete(step, model_request)))
+            self.model_calls[self.provider.name] += 1
             self.usage += response.usage
             for part in response.thinking:
                 if part.text:
@@ -274,12 +282,33 @@ class _Run:
             return CallTools(response.text, calls)
         return OutOfTime()
 
+    async def _complete(self, step: int, request: ModelRequest) -> ModelResponse:
+        """One model call, by the run's model or, when that fails as a provider, by the next of the chain."""
+        while True:
+            try:
+                return await self.provider.complete(request)
+            except ProviderError as exc:
+                if not exc.falls_back or self.at + 1 == len(self.chain):
+                    raise
+                following = self.chain[self.at + 1]
+                await self.emit(
+                    ev.ModelSwitched(
+                        step=step, failed=self.provider.name, error=str(exc), brief=exc.brief, next=following.name
+                    )
+                )
+                self.at += 1
+
     async def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ToolResult]:
         """Run one step's calls; their results join the transcript and their records the run's steps."""
         results, record = await self.tool_steps.run_step(len(self.steps) + 1, calls, self._deadline())
         self.transcript.append(ToolMessage(results=tuple(results)))
         self.steps.append(record)
         return results
+
+    @property
+    def provider(self) -> Provider:
+        """The model the run uses now."""
+        return self.chain[self.at]
 
     async def _beat(self, step: int, waiting_for: str, elapsed: float) -> None:
         await self.emit(ev.Heartbeat(step=step, waiting_for=waiting_for, elapsed_s=elapsed))
@@ -300,10 +329,12 @@ class _Run:
         if self.limits_hit:
             errors["limit"] = errors.get("limit", 0) + self.limits_hit
         return RunUsage(
-            model_calls=self.model_calls,
+            model_calls=self.model_calls.total(),
             tool_calls=len(calls),
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
+            reasoning_tokens=self.usage.reasoning_tokens,
+            models=dict(self.model_calls),
             duration_ms=ms_since(self.clock_started),
             tool_ms=tool_ms,
             errors=errors,

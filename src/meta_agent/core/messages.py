@@ -26,11 +26,15 @@ class ImagePart:
 
 @dataclass(frozen=True, kw_only=True)
 class ThinkingPart:
-    """Reasoning a provider returned; `signature` lets a provider verify it when it is sent back."""
+    """Reasoning a provider returned: its text (or summary), and `signature`, what lets the provider verify it (or
+    read it: an encrypted reasoning item) when it is sent back. `origin` is the wire format that made it, which alone
+    can take it back ("anthropic", "openai-responses"; None in transcripts saved before it was recorded, which were
+    Anthropic's or unsigned)."""
 
     text: str
     signature: str | None = None
     redacted: bool = False
+    origin: str | None = None
     kind: Literal["thinking"] = "thinking"
 
 
@@ -114,10 +118,13 @@ Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int = 0  # of the output tokens, those the model spent reasoning
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     @property

@@ -48,7 +48,9 @@ class RunUsage:
     tool_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int = 0  # of the output tokens
     duration_ms: int = 0
+    models: Mapping[str, int] = field(default_factory=dict)  # model calls by model (`provider:model`)
     tool_ms: Mapping[str, int] = field(default_factory=dict)  # time spent in each tool, summed over its calls
     errors: Mapping[ErrorKind, int] = field(default_factory=dict)
 
@@ -102,7 +104,11 @@ class UsageOut(BaseModel):
     tool_calls: int
     input_tokens: int
     output_tokens: int
+    reasoning_tokens: int = Field(default=0, exclude_if=_empty, description="of the output tokens, spent reasoning")
     duration_ms: int = 0
+    models: dict[str, int] = Field(
+        default_factory=dict, description="model calls by model: more than one when a fallback chain took over"
+    )
     tool_ms: dict[str, int] = Field(default_factory=dict, description="time spent in each tool")
     errors: dict[ErrorKind, int] = Field(
         default_factory=dict, description="failed tool calls and limits reached, by cause"

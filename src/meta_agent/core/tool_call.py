@@ -4,22 +4,26 @@ model. No I/O of its own; the approver is the caller's (the MCP front asks the h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from meta_agent.core.messages import TOO_DEEP, ImagePart, ModelResponse, Part, TextPart, too_deep
+from meta_agent.core.messages import TOO_DEEP, ImagePart, Message, ModelResponse, Part, TextPart, ToolMessage, too_deep
 from meta_agent.core.policy import decide
 from meta_agent.core.result import ErrorKind, Mode
-from meta_agent.core.tools import ToolOutcome, ToolSpec
+from meta_agent.core.tools import WEBHOOKS, ToolOutcome, ToolSpec
 from meta_agent.errors import summary
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
 log = structlog.get_logger(__name__)
+
+# The line `image_label` writes, as `earlier_images` reads it back: the reference and its number.
+_IMAGE_LABEL = re.compile(r"\[(image-([0-9]+)): ")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ def blocked(spec: ToolSpec, mode: Mode, approver: Approver | None) -> str | None
     """Why the call may not run without asking anyone, or None (it runs, or the user is to be asked)."""
     decision = decide(mode, spec.trust)
     where = f'"trust": {{"{spec.tool}": ...}} of server "{spec.server}" in servers.json' if spec.server else ""
+    if spec.server == WEBHOOKS:  # a webhook's own entry has one level, not a map of patterns
+        where = f'"trust" of webhook "{spec.tool}" in servers.json'
+
     if decision == "deny":
         return f"{spec.name} is blocked (trust level never, from {spec.trust_source}); a user can allow it with {where}"
     if decision == "ask" and approver is None:
@@ -119,13 +126,24 @@ def _validator(spec: ToolSpec) -> Validator | None:
         return None
 
 
-def for_model(outcome: ToolOutcome, *, accepts_images: bool, max_chars: int) -> ToolOutcome:
-    """Placeholders for images the model cannot take; text beyond `max_chars` cut with a marker saying how much."""
+def for_model(
+    outcome: ToolOutcome, *, accepts_images: bool, max_chars: int, image_refs: Sequence[str] = ()
+) -> ToolOutcome:
+    """Each image named by its reference (`image_refs`, in order: a line before it, or the placeholder of a model
+    that cannot take images), so the model can point at it later; an image without one as it is, or as a placeholder.
+    Text beyond `max_chars` cut with a marker saying how much; the names do not count against it, as they are what
+    lets the model reach the images of a long result."""
     parts: list[Part] = []
     budget = max_chars
+    refs = iter(image_refs)
     for part in outcome.parts:
-        if isinstance(part, ImagePart) and not accepts_images:
-            part = TextPart(text=f"[image: {part.mime_type}, {len(part.data) * 3 // 4} bytes, not shown]")
+        if isinstance(part, ImagePart):
+            ref = next(refs, None)
+            if not accepts_images:
+                parts.append(TextPart(text=image_label(ref or "image", part, shown=False)))
+            else:
+                parts.extend((TextPart(text=image_label(ref, part)), part) if ref else (part,))
+            continue
         if isinstance(part, TextPart):
             if len(part.text) > budget:
                 cut = len(part.text) - budget
@@ -137,3 +155,31 @@ def for_model(outcome: ToolOutcome, *, accepts_images: bool, max_chars: int) -> 
 
 def error(text: str, kind: ErrorKind = "tool") -> ToolOutcome:
     return ToolOutcome(parts=(TextPart(text=text),), is_error=True, error_kind=kind)
+
+
+def image_label(ref: str, image: ImagePart, *, shown: bool = True) -> str:
+    """The line that names an image of a tool result for the model, `[image-1: image/png, 68 bytes]`; for a model that
+    cannot take images it stands in for the image: `[image-1: image/png, 68 bytes, not shown]`."""
+    size = len(image.data) * 3 // 4 - image.data[-2:].count("=")  # base64's length, less its padding
+    return f"[{ref}: {image.mime_type}, {size} bytes{'' if shown else ', not shown'}]"
+
+
+def earlier_images(history: Sequence[Message]) -> tuple[dict[str, ImagePart], int]:
+    """The images of the tool results in `history` (an earlier turn of the conversation) that the model saw, by the
+    reference their line gave them, and the highest number any reference there had (0: none): a run counts on from
+    it, so no reference in the transcript ever names two images. An image the model got as a placeholder has no data
+    left in the transcript, and no entry."""
+    images: dict[str, ImagePart] = {}
+    highest = 0
+    for message in history:
+        if not isinstance(message, ToolMessage):
+            continue
+        for result in message.results:
+            for part, after in zip(result.parts, (*result.parts[1:], None), strict=True):
+                named = _IMAGE_LABEL.match(part.text) if isinstance(part, TextPart) else None
+                if named is None:
+                    continue
+                highest = max(highest, int(named[2]))
+                if isinstance(after, ImagePart):
+                    images[named[1]] = after
+    return images, highest

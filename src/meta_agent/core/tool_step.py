@@ -7,7 +7,7 @@ A failure of any kind, ours included, becomes an error result for the model, and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -18,20 +18,26 @@ from meta_agent.core import tool_call
 from meta_agent.core.events import Emit
 from meta_agent.core.heartbeat import Pulse
 from meta_agent.core.limits import clock, ms_since
-from meta_agent.core.messages import ImagePart, TextPart, ToolCall, ToolResult
+from meta_agent.core.messages import ImagePart, Message, TextPart, ToolCall, ToolResult
+from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind, Mode, StepRecord, ToolCallRecord
 from meta_agent.core.tool_call import Approver, ArgumentCheck
-from meta_agent.core.tools import ProgressFn, ToolOutcome, ToolSpec
+from meta_agent.core.tools import ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.errors import ChildTimeout, MetaAgentError
 
 log = structlog.get_logger(__name__)
 
 
 class ToolRunner(Protocol):
-    """Runs one tool call: an internal tool, or a child server's."""
+    """Runs one tool call: an internal tool, which may use the run's `context`, or a child server's."""
 
     async def call(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], on_progress: ProgressFn | None = None
+        self,
+        spec: ToolSpec,
+        arguments: Mapping[str, Any],
+        on_progress: ProgressFn | None = None,
+        *,
+        context: RunContext,
     ) -> ToolOutcome: ...
 
 
@@ -55,7 +61,13 @@ class _ServerQueueSlot:
 
 class ToolStepRunner:
     """Runs the tool calls of each step of one run; what the calls share (tools, mode, approver, limits) is fixed
-    for the run. Images that internal tools made (image_gen) gather in `images`, for the host."""
+    for the run. Images that internal tools made (image_gen) gather in `images`, for the host.
+
+    Every image a tool result brings into the run gets a reference, `image-1`, `image-2`... counted on from those of
+    the conversation's `history`, which the model sees next to it and can give an internal tool (describe_image) to
+    point at it; `run_images` holds them. `model` gives the run's model as it is now (a fallback may switch it): it
+    decides whether results carry images or placeholders, and internal tools may ask it.
+    """
 
     def __init__(
         self,
@@ -68,9 +80,10 @@ class ToolStepRunner:
         approver: Approver | None,
         checks: ArgumentCheck,
         pulse: Pulse,
-        accepts_images: bool,
+        model: Callable[[], Provider],
         max_result_chars: int,
         max_calls_per_step: int,
+        history: Sequence[Message] = (),
     ) -> None:
         self.by_alias = {spec.alias: spec for spec in tools}
         self.runner = runner
@@ -80,10 +93,11 @@ class ToolStepRunner:
         self.approver = approver
         self.checks = checks
         self.pulse = pulse
-        self.accepts_images = accepts_images
+        self.model = model
         self.max_result_chars = max_result_chars
         self.max_calls_per_step = max_calls_per_step
         self.images: list[ImagePart] = []
+        self.run_images, self._images_named = tool_call.earlier_images(history)
 
     async def run_step(
         self, step: int, calls: tuple[ToolCall, ...], deadline: float
@@ -100,7 +114,7 @@ class ToolStepRunner:
         async def call_one(index: int) -> None:
             call = calls[index]
             full, duration_ms = await self._carry_out(step, call, slots[index])
-            result, record = done[index] = self._shaped(call, full, duration_ms)
+            result, record = done[index] = self._shaped(call, full, self._named(full), duration_ms)
             await self.emit(
                 ev.ToolCallFinished(
                     step=step,
@@ -169,9 +183,26 @@ class ToolStepRunner:
             self.images.extend(part for part in full.parts if isinstance(part, ImagePart))
         return full, ms_since(started)
 
-    def _shaped(self, call: ToolCall, full: ToolOutcome, duration_ms: int) -> tuple[ToolResult, ToolCallRecord]:
-        """The result the model sees (images it cannot take as placeholders, long text cut) and the call's record."""
-        outcome = tool_call.for_model(full, accepts_images=self.accepts_images, max_chars=self.max_result_chars)
+    def _named(self, full: ToolOutcome) -> tuple[str, ...]:
+        """The references of the images of a call's result, which join the run's images. `ask` names none: no later
+        turn of its run could use them, and its tool's result is the answer as it is."""
+        if self.mode == "ask":
+            return ()
+        refs: list[str] = []
+        for image in (part for part in full.parts if isinstance(part, ImagePart)):
+            self._images_named += 1
+            refs.append(f"image-{self._images_named}")
+            self.run_images[refs[-1]] = image
+        return tuple(refs)
+
+    def _shaped(
+        self, call: ToolCall, full: ToolOutcome, image_refs: Sequence[str], duration_ms: int
+    ) -> tuple[ToolResult, ToolCallRecord]:
+        """The result the model sees (its images named, or placeholders where the model cannot take them; long text
+        cut) and the call's record."""
+        outcome = tool_call.for_model(
+            full, accepts_images=self.model().accepts_images, max_chars=self.max_result_chars, image_refs=image_refs
+        )
         error = outcome.parts[0].text if outcome.is_error and isinstance(outcome.parts[0], TextPart) else None
         result = ToolResult(call_id=call.id, name=call.name, parts=outcome.parts, is_error=outcome.is_error)
         record = ToolCallRecord(
@@ -210,8 +241,12 @@ class ToolStepRunner:
                 )
             )
 
+        # The run's images as they are when the call starts: a call of the same step may add more meanwhile.
+        context = RunContext(model=self.model(), images=dict(self.run_images))
         try:
-            outcome = await self.pulse.wait(step, spec.name, self.runner.call(spec, call.arguments, on_progress))
+            outcome = await self.pulse.wait(
+                step, spec.name, self.runner.call(spec, call.arguments, on_progress, context=context)
+            )
         except MetaAgentError as exc:
             return tool_call.error(str(exc), "timeout" if isinstance(exc, ChildTimeout) else "tool")
         except Exception as exc:  # a bug in an internal tool must not end the run; the model is told, we log it

@@ -4,13 +4,17 @@ types here (design.md §1): the MCP edges (toolbox.py, children/) translate to a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from meta_agent.core.messages import Part
+from meta_agent.core.messages import ImagePart, Part
 from meta_agent.core.policy import TrustLevel
+from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind
+
+# The `webhooks` map of servers.json, and the server part of each webhook's tool name (`webhooks.notify`).
+WEBHOOKS = "webhooks"
 
 
 class ProgressFn(Protocol):
@@ -71,14 +75,35 @@ class ToolOutcome:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """What an internal tool may know of the run that calls it: the run's model as it is at the call (a fallback
+    may have switched it), and the images earlier tool results of the run returned, by the reference the model was
+    told (`image-1`, ...). `NO_RUN` where no run calls the tool (a host calling image_gen directly)."""
+
+    model: Provider | None = None
+    images: Mapping[str, ImagePart] = field(default_factory=dict)
+
+
+NO_RUN = RunContext()
+
+
+class InternalRun(Protocol):
+    """How an internal tool runs: the validated arguments, and the run that calls it (a tool that needs nothing of
+    the run takes it and lets it be)."""
+
+    async def __call__(self, arguments: Mapping[str, Any], context: RunContext = NO_RUN, /) -> ToolOutcome: ...
+
+
+@dataclass(frozen=True, kw_only=True)
 class InternalTool:
-    """A tool meta-agent implements itself (image_gen); `run` takes the validated arguments."""
+    """A tool meta-agent implements itself (image_gen, describe_image); `run` is None in a declaration that has no
+    backend yet."""
 
     name: str
     description: str
     input_schema: Mapping[str, Any]
     hints: ToolHints
-    run: Callable[[Mapping[str, Any]], Awaitable[ToolOutcome]] | None = None
+    run: InternalRun | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,10 +7,11 @@ from collections.abc import Mapping
 
 from meta_agent.config import Settings
 from meta_agent.core.tools import InternalTool
+from meta_agent.internal.describe_image import DESCRIBE_IMAGE, describe_image_tool, vision_model_withheld
 from meta_agent.internal.image_gen import DEFAULT_IMAGE_MODEL, IMAGE_GEN, image_gen_tool, image_gen_withheld
 
 # Every internal tool, as declared before a configuration enables it.
-INTERNAL_TOOLS = (IMAGE_GEN,)
+INTERNAL_TOOLS = (IMAGE_GEN, DESCRIBE_IMAGE)
 LEFT_OUT = "META_AGENT_INTERNAL_TOOLS leaves it out"  # why an internal tool switched off is withheld
 
 
@@ -24,6 +25,11 @@ def internal_tools(settings: Settings, environ: Mapping[str, str]) -> tuple[list
     withheld = {tool.name: LEFT_OUT for tool in INTERNAL_TOOLS if tool.name not in enabled}
     if "image_gen" in enabled and (why := image_gen_withheld(settings.image_model, environ)) is not None:
         withheld["image_gen"] = why
-    if "image_gen" in withheld:
-        return [], withheld
-    return [image_gen_tool(settings.image_model or DEFAULT_IMAGE_MODEL, environ)], withheld
+    if "describe_image" in enabled and (why := vision_model_withheld(settings.vision_model)) is not None:
+        withheld["describe_image"] = why
+    offered: list[InternalTool] = []
+    if "image_gen" not in withheld:
+        offered.append(image_gen_tool(settings.image_model or DEFAULT_IMAGE_MODEL, environ))
+    if "describe_image" not in withheld:
+        offered.append(describe_image_tool(settings.vision_model, environ, model_timeout=settings.model_timeout))
+    return offered, withheld

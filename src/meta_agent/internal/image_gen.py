@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from meta_agent.core.messages import ImagePart, Part, TextPart
-from meta_agent.core.tools import InternalTool, ToolHints, ToolOutcome
+from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome
 from meta_agent.errors import ImageGenError
 from meta_agent.providers import provider_error
 from meta_agent.text import one_line, plural
@@ -82,7 +82,7 @@ def image_gen_tool(image_model: str, environ: Mapping[str, str]) -> InternalTool
     model = image_model.strip().partition(":")[2]
     limits = KNOWN_MODELS.get(model, ImageModelLimits())
 
-    async def run(arguments: Mapping[str, Any]) -> ToolOutcome:
+    async def run(arguments: Mapping[str, Any], _context: RunContext = NO_RUN) -> ToolOutcome:
         api_key, base_url = _backend(image_model, environ)
         prompt, size, n = _checked(arguments, limits, image_model)
         request: dict[str, Any] = {"model": model, "prompt": prompt, "n": n}

@@ -1,10 +1,14 @@
 """Model providers: one module per wire format behind one `Provider` protocol, resolved from `provider:model`.
 
-openai:MODEL     the official openai SDK, Chat Completions with tools (OPENAI_API_KEY, OPENAI_BASE_URL)
-ollama:MODEL     the same adapter at Ollama's OpenAI-compatible /v1 (OLLAMA_HOST)
-gemini:MODEL     the same adapter at Gemini's OpenAI-compatible endpoint (GEMINI_API_KEY)
+openai:MODEL     the official openai SDK (OPENAI_API_KEY, OPENAI_BASE_URL): the Responses API against OpenAI itself,
+                 Chat Completions against any other OpenAI-compatible server (META_AGENT_OPENAI_API forces either)
+ollama:MODEL     Chat Completions at Ollama's OpenAI-compatible /v1 (OLLAMA_HOST)
+gemini:MODEL     Chat Completions at Gemini's OpenAI-compatible endpoint (GEMINI_API_KEY)
 anthropic:MODEL  the official anthropic SDK, Messages with tools (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL)
 sampling         the host's own model through MCP sampling (given by the MCP front)
+
+META_AGENT_MODEL may name a fallback chain, `openai:gpt-5.5,ollama:qwen3`: `parse_chain` reads it, and a model of
+a chain that cannot be made here is `Unusable`, so the chain goes on past it.
 """
 
 from __future__ import annotations
@@ -12,11 +16,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
 
+from meta_agent.core.messages import ModelRequest, ModelResponse
 from meta_agent.core.provider import Provider
 from meta_agent.errors import (
     ModelNotConfigured,
@@ -30,11 +36,14 @@ from meta_agent.text import one_line
 from meta_agent.validation import JSON_KINDS, json_kind
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+OPENAI_HOST = "api.openai.com"  # where `openai:` speaks the Responses API unless told otherwise
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai/"
 # Current models the installed SDKs list and do not mark deprecated.
 DEFAULT_MODELS = {"openai": "gpt-5.5", "anthropic": "claude-sonnet-5-5", "gemini": "gemini-2.5-flash"}
 # An Ollama that does not answer this fast is not running.
 OLLAMA_PROBE_TIMEOUT = 0.5
+
+OpenAIApi = Literal["responses", "chat"]  # the wire formats of the OpenAI-compatible providers
 
 WHAT_TO_SET = (
     "set META_AGENT_MODEL (e.g. openai:gpt-5.5, anthropic:claude-sonnet-5-5, ollama:qwen3, gemini:gemini-2.5-flash)"
@@ -61,13 +70,35 @@ def parse_model(spec: str) -> tuple[str, str]:
     return provider, model
 
 
-def make_provider(
-    spec: str, environ: Mapping[str, str], *, sampling: Provider | None = None, timeout: float | None = None
-) -> Provider:
-    """The provider `spec` names.
+def parse_chain(spec: str) -> list[str]:
+    """The models of META_AGENT_MODEL, in order: one, or a comma-separated fallback chain; each one checked.
 
     Raises:
-        ModelNotConfigured: an unknown provider, or `sampling` where the caller cannot sample.
+        ModelNotConfigured: an empty entry, or a model `parse_model` refuses.
+    """
+    members = [member.strip() for member in spec.split(",")]
+    if len(members) > 1 and not all(members):
+        raise ModelNotConfigured(
+            f"META_AGENT_MODEL={spec!r}: an empty entry in the fallback chain; separate the models with single commas"
+        )
+    for member in members:
+        parse_model(member)
+    return members
+
+
+def make_provider(
+    spec: str,
+    environ: Mapping[str, str],
+    *,
+    sampling: Provider | None = None,
+    timeout: float | None = None,
+    openai_api: OpenAIApi | None = None,
+) -> Provider:
+    """The provider `spec` names; `openai_api` forces the wire format of `openai:` (None: the Responses API against
+    OpenAI itself, Chat Completions elsewhere); the ollama: and gemini: presets speak Chat Completions.
+
+    Raises:
+        ModelNotConfigured: an unknown provider, a missing API key, or `sampling` where the caller cannot sample.
     """
     provider, model = parse_model(spec)
     if provider == "sampling":
@@ -87,37 +118,58 @@ def make_provider(
             timeout=timeout,
         )
     from meta_agent.providers.openai import OpenAIProvider
+    from meta_agent.providers.openai_responses import OpenAIResponsesProvider
 
+    base_url = (environ.get("OPENAI_BASE_URL") or None) if provider == "openai" else None
+    at_openai = provider == "openai" and (base_url is None or urlsplit(base_url).hostname == OPENAI_HOST)
+    api = (openai_api or ("responses" if at_openai else "chat")) if provider == "openai" else "chat"
+    make = OpenAIResponsesProvider if api == "responses" else OpenAIProvider
     if provider == "ollama":
         host = environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
-        return OpenAIProvider(
-            model, label="ollama", base_url=f"{_with_scheme(host)}/v1", api_key="ollama", timeout=timeout
-        )
+        return make(model, label="ollama", base_url=f"{_with_scheme(host)}/v1", api_key="ollama", timeout=timeout)
     if provider == "gemini":
         key = environ.get("GEMINI_API_KEY")
         if not key:
             raise ModelNotConfigured(f"META_AGENT_MODEL={spec}: set GEMINI_API_KEY")
-        return OpenAIProvider(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key, timeout=timeout)
-    return OpenAIProvider(
-        model,
-        base_url=environ.get("OPENAI_BASE_URL") or None,
-        api_key=environ.get("OPENAI_API_KEY") or None,
-        timeout=timeout,
-    )
+        return make(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key, timeout=timeout)
+    return make(model, base_url=base_url, api_key=environ.get("OPENAI_API_KEY") or None, timeout=timeout)
+
+
+class Unusable:
+    """A model of a fallback chain that cannot be made here (its API key is not set, the caller cannot sample):
+    each call fails as a refused key does, so the chain goes on with the next model and the progress says why."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self._name = name
+        self._problem = problem
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def accepts_images(self) -> bool:
+        return False
+
+    async def aclose(self) -> None:
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise ProviderAuthError(self._problem, brief="not configured")
 
 
 async def resolve_provider(
-    spec: str | None, environ: Mapping[str, str], *, sampling: Provider | None = None, timeout: float | None = None
+    spec: str | None, environ: Mapping[str, str], *, sampling: Provider | None = None, **options: Any
 ) -> Provider:
-    """The provider for a run: `spec` (META_AGENT_MODEL) if set; else the host's model through sampling; else the
-    default model of the first provider whose API key is set; else Ollama if it answers at OLLAMA_HOST. `timeout`:
-    seconds a request may take, per attempt (None: the SDK's default).
+    """The provider for a run: `spec` (one model of META_AGENT_MODEL) if set; else the host's model through
+    sampling; else the default model of the first provider whose API key is set; else Ollama if it answers at
+    OLLAMA_HOST. `options` go to `make_provider` (`timeout`: seconds a request may take, per attempt; `openai_api`).
 
     Raises:
         ModelNotConfigured: nothing usable, with exactly what to set.
     """
     if spec:
-        return await _made(spec, environ, sampling=sampling, timeout=timeout)
+        return await made_provider(spec, environ, sampling=sampling, **options)
     if sampling is not None:
         return sampling
     for provider, key in (
@@ -126,14 +178,14 @@ async def resolve_provider(
         ("gemini", "GEMINI_API_KEY"),
     ):
         if environ.get(key):
-            return await _made(f"{provider}:{DEFAULT_MODELS[provider]}", environ, timeout=timeout)
+            return await made_provider(f"{provider}:{DEFAULT_MODELS[provider]}", environ, **options)
     model = await _ollama_model(environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
     if model is not None:
-        return await _made(f"ollama:{model}", environ, timeout=timeout)
+        return await made_provider(f"ollama:{model}", environ, **options)
     raise ModelNotConfigured(f"no model is configured: {WHAT_TO_SET}")
 
 
-async def _made(spec: str, environ: Mapping[str, str], **options: Any) -> Provider:
+async def made_provider(spec: str, environ: Mapping[str, str], **options: Any) -> Provider:
     """`make_provider` on a worker thread: importing a vendor's SDK takes half a second, and the event loop must go
     on serving meanwhile (children finishing their handshake, other callers)."""
     return await anyio.to_thread.run_sync(partial(make_provider, spec, environ, **options))
@@ -166,17 +218,24 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
     status = getattr(exc, "status_code", None)
     detail = one_line(_error_text(exc), DETAIL_SHOWN)
     if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):  # type: ignore[attr-defined]
-        return ProviderAuthError(f"{name}: the API key was refused (HTTP {status}); check {key_variable}: {detail}")
+        return ProviderAuthError(
+            f"{name}: the API key was refused (HTTP {status}); check {key_variable}: {detail}",
+            brief=f"HTTP {status}, the API key was refused",
+        )
     if isinstance(exc, sdk.RateLimitError):  # type: ignore[attr-defined]
-        return ProviderRateLimited(f"{name}: rate limited (HTTP 429) after retries: {detail}")
+        return ProviderRateLimited(f"{name}: rate limited (HTTP 429) after retries: {detail}", brief="HTTP 429")
     if isinstance(exc, sdk.APITimeoutError):  # type: ignore[attr-defined]
-        return ProviderUnavailable(f"{name}: no answer from {base_url} in time (after retries)")
+        return ProviderUnavailable(f"{name}: no answer from {base_url} in time (after retries)", brief="timed out")
     if isinstance(exc, sdk.APIConnectionError):  # type: ignore[attr-defined]
-        return ProviderUnavailable(f"{name}: cannot connect to {base_url} (after retries): {detail}")
+        return ProviderUnavailable(
+            f"{name}: cannot connect to {base_url} (after retries): {detail}", brief="cannot connect"
+        )
     if isinstance(exc, sdk.APIStatusError) and status is not None and status >= 500:  # type: ignore[attr-defined]
-        return ProviderUnavailable(f"{name}: the provider failed (HTTP {status}) after retries: {detail}")
+        return ProviderUnavailable(
+            f"{name}: the provider failed (HTTP {status}) after retries: {detail}", brief=f"HTTP {status}"
+        )
     if isinstance(exc, sdk.APIStatusError):  # type: ignore[attr-defined]
-        return ProviderBadRequest(f"{name}: the request was refused (HTTP {status}): {detail}")
+        return ProviderBadRequest(f"{name}: the request was refused (HTTP {status}): {detail}", brief=f"HTTP {status}")
     if isinstance(exc, sdk.APIResponseValidationError):  # type: ignore[attr-defined]
         return ProviderError(f"{name}: the provider's answer was malformed: {detail}")
     return ProviderError(f"{name}: {type(exc).__name__}: {detail}")
@@ -248,15 +307,15 @@ def checked(value: Any, kinds: type | tuple[type, ...], where: str, *, missing: 
     raise malformed(f"{where} is {'missing' if missing else json_kind(value)}; expected {expected}")
 
 
-def token_count(usage: Mapping[str, Any], key: str) -> int:
-    """A token count of the answer's usage; absent or null is 0.
+def token_count(usage: Mapping[str, Any], key: str, where: str = "usage") -> int:
+    """A token count of the answer's usage (at `where`); absent or null is 0.
 
     Raises:
         WrongShape: a count that is not a whole number of at least 0.
     """
-    count = field(usage, key, (int, type(None)), "usage") or 0
+    count = field(usage, key, (int, type(None)), where) or 0
     if count < 0:
-        raise malformed(f"usage.{key} is {count}; expected a count of at least 0")
+        raise malformed(f"{where}.{key} is {count}; expected a count of at least 0")
     return count
 
 

@@ -34,6 +34,9 @@ from meta_agent.providers import (
     token_count,
 )
 
+# What this wire format's thinking parts say they came from: only those (and those of transcripts saved before origins
+# were recorded) are sent back, never another provider's reasoning from an earlier turn of a fallback chain.
+ORIGIN = "anthropic"
 # Stands for an answer with no text and no tool call (a model that said nothing): Messages refuses empty content.
 NO_ANSWER = "(no answer)"
 
@@ -141,13 +144,13 @@ def _part(part: TextPart | ImagePart) -> dict[str, Any]:
 
 def _thinking(parts: tuple[ThinkingPart, ...]) -> list[dict[str, Any]]:
     """Thinking as Messages gave it: signed, or redacted (its data kept in `signature`). Reasoning without a signature
-    (an OpenAI-compatible server's) is left out: Messages refuses unsigned thinking."""
+    (an OpenAI-compatible server's) is left out: Messages refuses unsigned thinking; so is another wire format's."""
     return [
         {"type": "redacted_thinking", "data": part.signature}
         if part.redacted
         else {"type": "thinking", "thinking": part.text, "signature": part.signature}
         for part in parts
-        if part.signature
+        if part.signature and part.origin in (None, ORIGIN)
     ]
 
 
@@ -167,9 +170,10 @@ def _response(answer: object) -> ModelResponse:
             calls.append(_tool_call(block, where))
         elif kind == "thinking":
             signature = field(block, "signature", (str, type(None)), where)
-            thinking.append(ThinkingPart(text=field(block, "thinking", str, where), signature=signature))
+            thinking.append(ThinkingPart(text=field(block, "thinking", str, where), signature=signature, origin=ORIGIN))
         elif kind == "redacted_thinking":
-            thinking.append(ThinkingPart(text="", signature=field(block, "data", str, where), redacted=True))
+            data = field(block, "data", str, where)
+            thinking.append(ThinkingPart(text="", signature=data, redacted=True, origin=ORIGIN))
     return ModelResponse(
         text="\n".join(texts),
         tool_calls=tuple(calls),

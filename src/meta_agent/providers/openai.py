@@ -85,20 +85,28 @@ class OpenAIProvider:
             arguments["tool_choice"] = request.tool_choice
         if request.max_output_tokens:
             arguments["max_completion_tokens"] = request.max_output_tokens
+        answer = await self.post("/chat/completions", arguments)
         try:
-            # The SDK's own `post`, not `chat.completions.create`: the body is already in wire form, and create's
-            # typed-dict transform walks the whole transcript on every turn (milliseconds a turn, growing). The
-            # answer comes back as plain JSON, checked field by field in `_response`.
-            answer = await self._client.post("/chat/completions", body=arguments, cast_to=object)
+            return _response(answer)
+        except WrongShape as exc:
+            raise answer_error(self._name, exc) from None
+
+    async def post(self, path: str, body: dict[str, Any]) -> object:
+        """POST `body` to `path`, the answer as plain JSON.
+
+        Raises:
+            ProviderError: the request failed (after the SDK's retries), or its answer is not JSON.
+        """
+        try:
+            # The SDK's own `post`, not `chat.completions.create` (or `responses.create`): the body is already in
+            # wire form, and create's typed-dict transform walks the whole transcript on every turn (milliseconds a
+            # turn, growing). The answer comes back as plain JSON, checked field by field by the caller.
+            return await self._client.post(path, body=body, cast_to=object)
         except openai.OpenAIError as exc:
             raise provider_error(
                 exc, openai, name=self._name, key_variable=self._key_variable, base_url=str(self._client.base_url)
             ) from None
         except UNREADABLE as exc:
-            raise answer_error(self._name, exc) from None
-        try:
-            return _response(answer)
-        except WrongShape as exc:
             raise answer_error(self._name, exc) from None
 
 
@@ -200,14 +208,20 @@ def _tool_calls(calls: list[Any], where: str) -> tuple[ToolCall, ...]:
 def _tool_call(call: dict[str, Any], where: str) -> ToolCall:
     function = field(call, "function", dict, where)
     name = field(function, "name", str, f"{where}.function")
+    call_id = field(call, "id", (str, type(None)), where)
+    return call_of(call_id, name, field(function, "arguments", (str, dict, type(None)), f"{where}.function"))
+
+
+def call_of(call_id: str | None, name: str, raw: str | dict[str, Any] | None) -> ToolCall:
+    """A function call of either OpenAI wire format: its arguments are JSON text (an object from some
+    OpenAI-compatible servers); arguments that are no JSON object are kept as a problem for the model to read."""
     # A few local servers send no id. One made up must be unique in the whole transcript, not only in this answer:
     # Anthropic refuses a transcript in which two tool calls share an id.
-    call_id = field(call, "id", (str, type(None)), where) or f"call_{uuid.uuid4().hex[:24]}"
-    raw = field(function, "arguments", (str, dict, type(None)), f"{where}.function") or "{}"
-    if isinstance(raw, dict):  # some OpenAI-compatible servers send an object, not its JSON text
+    call_id = call_id or f"call_{uuid.uuid4().hex[:24]}"
+    if isinstance(raw, dict):
         return ToolCall(id=call_id, name=name, arguments=raw)
     try:
-        arguments = json.loads(raw)
+        arguments = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
         return ToolCall(id=call_id, name=name, arguments={}, invalid_arguments=f"not JSON ({exc.msg})")
     except RecursionError:
@@ -220,6 +234,9 @@ def _tool_call(call: dict[str, Any], where: str) -> ToolCall:
 def _usage(usage: dict[str, Any] | None) -> Usage:
     if usage is None:
         return Usage()
+    details = field(usage, "completion_tokens_details", (dict, type(None)), "usage") or {}
     return Usage(
-        input_tokens=token_count(usage, "prompt_tokens"), output_tokens=token_count(usage, "completion_tokens")
+        input_tokens=token_count(usage, "prompt_tokens"),
+        output_tokens=token_count(usage, "completion_tokens"),
+        reasoning_tokens=token_count(details, "reasoning_tokens", "usage.completion_tokens_details"),
     )

@@ -85,6 +85,12 @@ class Limit(Record):
     limit: str
 
 
+class Switched(Record):
+    failed: str
+    brief: str
+    next: str
+
+
 class Finished(Record):
     result: RunOut  # the structured result, read back through its one definition
 
@@ -100,6 +106,7 @@ _KINDS: dict[str, type[Record]] = {
     "approval_answered": Answered,
     "tool_call_finished": ToolFinished,
     "limit_reached": Limit,
+    "model_switched": Switched,
     "run_finished": Finished,
     "run_failed": Failed,
 }

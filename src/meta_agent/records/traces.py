@@ -80,6 +80,10 @@ class Redactor:
         """Redact the env and header values of `servers` (a reloaded servers.json) too; what it redacted stays so."""
         self._add(value for entry in servers.values() for value in (*entry.env.values(), *entry.headers.values()))
 
+    def learn_values(self, values: Iterable[str]) -> None:
+        """Redact `values` too (a webhook's header values); what it redacted stays so."""
+        self._add(values)
+
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
