@@ -21,6 +21,7 @@ from meta_agent.core.messages import (
     ThinkingPart,
     ToolCall,
     ToolMessage,
+    ToolResult,
     Usage,
     UserMessage,
 )
@@ -138,20 +139,29 @@ def _message(message: Message) -> list[dict[str, Any]]:
                 ]
             return [entry]
         case ToolMessage(results=results):
-            # Tool messages carry text only; images follow in one user message after all of them.
-            out: list[dict[str, Any]] = []
-            images: list[ImagePart] = []
-            for result in results:
-                result_images = [p for p in result.parts if isinstance(p, ImagePart)]
-                images.extend(result_images)
-                text = f"[error] {result.text}" if result.is_error else result.text
-                if result_images:
-                    text += f"\n[{len(result_images)} image(s) from this tool follow in the next message]"
-                out.append({"role": "tool", "tool_call_id": result.call_id, "content": text})
+            texts, images = tool_outputs(results)
+            out: list[dict[str, Any]] = [
+                {"role": "tool", "tool_call_id": call_id, "content": text} for call_id, text in texts
+            ]
             if images:
-                out.append({"role": "user", "content": _content(tuple(images))})
+                out.append({"role": "user", "content": _content(images)})
             return out
     raise AssertionError(f"unknown message {message!r}")
+
+
+def tool_outputs(results: tuple[ToolResult, ...]) -> tuple[list[tuple[str, str]], tuple[ImagePart, ...]]:
+    """The text of each result by call id, and the images of all of them. Both OpenAI wire formats carry a tool's
+    output as text only: its images follow in one user message after all the outputs, which each say so."""
+    texts: list[tuple[str, str]] = []
+    images: list[ImagePart] = []
+    for result in results:
+        result_images = [p for p in result.parts if isinstance(p, ImagePart)]
+        images.extend(result_images)
+        text = f"[error] {result.text}" if result.is_error else result.text
+        if result_images:
+            text += f"\n[{len(result_images)} image(s) from this tool follow in the next message]"
+        texts.append((result.call_id, text))
+    return texts, tuple(images)
 
 
 def _content(parts: tuple[TextPart | ImagePart, ...]) -> str | list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from meta_agent.providers import (
     field,
     token_count,
 )
-from meta_agent.providers.openai import OpenAIProvider, call_of
+from meta_agent.providers.openai import OpenAIProvider, call_of, tool_outputs
 from meta_agent.text import one_line
 
 # What this wire format's thinking parts say they came from: only those are sent back as reasoning items.
@@ -92,18 +92,10 @@ def _items(message: Message) -> list[dict[str, Any]]:
             )
             return items
         case ToolMessage(results=results):
-            # Outputs carry text; images follow in one user message after all of them, as in Chat Completions.
-            items = []
-            images: list[ImagePart] = []
-            for result in results:
-                result_images = [p for p in result.parts if isinstance(p, ImagePart)]
-                images.extend(result_images)
-                text = f"[error] {result.text}" if result.is_error else result.text
-                if result_images:
-                    text += f"\n[{len(result_images)} image(s) from this tool follow in the next message]"
-                items.append({"type": "function_call_output", "call_id": result.call_id, "output": text})
+            texts, images = tool_outputs(results)
+            items = [{"type": "function_call_output", "call_id": call_id, "output": text} for call_id, text in texts]
             if images:
-                items.append({"role": "user", "content": _content(tuple(images))})
+                items.append({"role": "user", "content": _content(images)})
             return items
     raise AssertionError(f"unknown message {message!r}")
 
