@@ -23,12 +23,12 @@ from test_reload import Heard, subscribe, toolbox, until_toolbox
 from webhook_receiver import Receiver
 
 from meta_agent import Engine
+from meta_agent.children.webhooks import MAX_ANSWER_BYTES, Webhooks
 from meta_agent.config import Servers, Settings, WebhookEntry, load_servers, parse_servers
 from meta_agent.core.messages import ModelResponse, ToolCall
 from meta_agent.errors import ChildError, ChildTimeout, ChildUnavailable
 from meta_agent.front.server import build_server
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.webhooks import MAX_ANSWER_BYTES, Webhooks
 
 pytestmark = pytest.mark.anyio
 HOOK_VALUE = "hv-7d0c2f55e1"  # a header value with no secret-looking variable name: only the webhook makes it one

@@ -23,6 +23,7 @@ import structlog
 from meta_agent.children.pool import ChildPool
 from meta_agent.children.questions import Questions
 from meta_agent.children.supervisor import ChildServer, ChildStatus
+from meta_agent.children.webhooks import Webhooks
 from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings, load_servers, webhooks_of
 from meta_agent.core import events as ev
 from meta_agent.core.events import Emit, Event
@@ -43,7 +44,6 @@ from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, 
 from meta_agent.records.trustfile import Recorded
 from meta_agent.text import one_line, some_of
 from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, withheld_child_tools, withheld_webhooks
-from meta_agent.webhooks import Webhooks
 
 log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for

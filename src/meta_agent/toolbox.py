@@ -21,6 +21,7 @@ import mcp.types as t
 
 from meta_agent.children.questions import Questions
 from meta_agent.children.supervisor import ChildServer
+from meta_agent.children.webhooks import Webhooks
 from meta_agent.config import check_glob
 from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.policy import TrustLevel, stricter, trust_level, visible
@@ -29,7 +30,6 @@ from meta_agent.core.tools import NO_RUN, InternalTool, ProgressFn, RunContext, 
 from meta_agent.errors import ChildUnavailable, PatternError
 from meta_agent.records.trustfile import Recorded, definition_hash
 from meta_agent.text import one_line
-from meta_agent.webhooks import Webhooks
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_ALIAS = 64

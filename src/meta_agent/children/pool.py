@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 
 from meta_agent.children.supervisor import SETTLE_GRACE, START_TIMEOUT, ChildServer
+from meta_agent.children.webhooks import Webhooks
 from meta_agent.config import ServerEntry, webhooks_of
-from meta_agent.webhooks import Webhooks
 
 
 @dataclass(frozen=True)
