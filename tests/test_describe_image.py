@@ -28,7 +28,8 @@ from meta_agent.core.messages import ModelResponse, ToolCall, ToolMessage
 from meta_agent.engine import Engine
 from meta_agent.front.server import build_server
 from meta_agent.internal import LEFT_OUT, internal_tools
-from meta_agent.internal.describe_image import DEFAULT_QUESTION, SYSTEM, FetchLimits, describe_image_tool
+from meta_agent.internal.describe_image import DEFAULT_QUESTION, SYSTEM, describe_image_tool
+from meta_agent.internal.images import FetchLimits
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.toolbox import Toolbox, ToolCaller
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -170,15 +173,44 @@ async def test_api_errors_are_typed_provider_errors(
     assert len(llm.requests) == attempts  # the SDK retried the 500, and not the 401
 
 
-async def test_url_only_answers_are_not_supported(llm: FakeLLM) -> None:
-    llm.reply({"created": 0, "data": [{"url": f"{llm.url}/cat.png"}]})
-    with pytest.raises(ImageGenError) as caught:
-        await image_gen_tool("openai:local", openai_env(llm)).run({"prompt": "a cat"})
-    assert str(caught.value) == (
-        "image_gen: openai:local answered with image URLs; URL results are not supported (nothing is downloaded):"
-        " use a server that returns b64_json"
-    )
-    assert [seen.path for seen in llm.requests] == ["/v1/images/generations"]
+@contextmanager
+def serving_png() -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 whose /cat.png is TINY_PNG (anything else: 404); its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path == "/cat.png"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "image/png" if found else "text/plain")
+            body = TINY_PNG if found else b"no such file"
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_an_image_answered_as_a_url_is_fetched(llm: FakeLLM) -> None:
+    with serving_png() as url:
+        llm.reply({"created": 0, "data": [{"url": f"{url}/cat.png"}]})
+        outcome = await image_gen_tool("openai:local", openai_env(llm)).run({"prompt": "a cat"})
+        llm.reply({"created": 0, "data": [{"url": f"{url}/gone.png"}]})
+        with pytest.raises(ImageGenError) as caught:
+            await image_gen_tool("openai:local", openai_env(llm)).run({"prompt": "a cat"})
+    image = outcome.parts[1]
+    assert isinstance(image, ImagePart) and base64.b64decode(image.data) == TINY_PNG
+    assert image.mime_type == "image/png"
+    assert str(caught.value) == f"image_gen: openai:local answered with an image URL: {url}/gone.png answered HTTP 404"
 
 
 @pytest.mark.parametrize(

@@ -8,27 +8,23 @@ images. Whatever the tool refuses is a one-line error result for the model; the 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import anyio
-import httpx2
 
 from meta_agent.core import tool_call
 from meta_agent.core.messages import ImagePart, ModelRequest, TextPart, UserMessage
 from meta_agent.core.provider import Provider
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome
 from meta_agent.errors import ModelNotConfigured
+from meta_agent.internal.images import FETCH_LIMITS, FetchLimits, ImageRefused, decode_data_url, fetch_image
 from meta_agent.providers import make_provider, parse_model
 from meta_agent.text import one_line, some_of
-from meta_agent.version import __version__
 
 DESCRIBE_IMAGE = InternalTool(
     name="describe_image",
@@ -62,24 +58,6 @@ WHAT_TO_SET = "set META_AGENT_VISION_MODEL to a model that takes images (e.g. op
 _REFERENCE = re.compile(r"image-[0-9]+")
 _SHOWN_URL = 100  # characters of a URL repeated in an error
 _REFS_SHOWN = 10  # the run's image references listed when the model names one that is not there
-USER_AGENT = f"meta-agent/{__version__} (describe_image)"  # some image hosts refuse requests that do not say who asks
-# The first bytes of the formats vision APIs take: a server's content type is trusted only where these say nothing
-# (Anthropic refuses an image whose media type does not match its bytes).
-_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
-
-
-@dataclass(frozen=True, kw_only=True)
-class FetchLimits:
-    """How far describe_image goes for an image: its size in bytes (20 MB, about what vision APIs take in one
-    image), the seconds a whole fetch may take, redirects included, and how many redirects it follows."""
-
-    max_bytes: int = 20_000_000
-    timeout: float = 30.0
-    max_redirects: int = 5
-
-
-class _Refused(Exception):
-    """What describe_image will not do as asked; `str(error)` is the line the model reads."""
 
 
 def describe_image_tool(
@@ -87,7 +65,7 @@ def describe_image_tool(
     environ: Mapping[str, str],
     *,
     model_timeout: float | None = None,
-    limits: FetchLimits = FetchLimits(),
+    limits: FetchLimits = FETCH_LIMITS,
 ) -> InternalTool:
     """`DESCRIBE_IMAGE` with a backend: `vision_model` (`provider:model`, configured from `environ`; `model_timeout`:
     seconds per request) or, where None, the run's own model.
@@ -106,7 +84,7 @@ def describe_image_tool(
                 if made:
                     with anyio.CancelScope(shield=True):  # closed even when the run is cancelled mid-call
                         await model.aclose()
-        except _Refused as exc:
+        except ImageRefused as exc:
             return tool_call.error(f"describe_image: {exc}")
         return ToolOutcome(parts=(TextPart(text=text),))
 
@@ -135,7 +113,7 @@ def _question(value: Any) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         return DEFAULT_QUESTION
     if not isinstance(value, str):
-        raise _Refused(f"question must be a string, not {value!r}")
+        raise ImageRefused(f"question must be a string, not {value!r}")
     return value.strip()
 
 
@@ -146,19 +124,19 @@ async def _model(
     made on a worker thread (a vendor SDK takes half a second to import); else the run's model where it takes images.
 
     Raises:
-        _Refused: no model here takes images, or META_AGENT_VISION_MODEL cannot be made (a key not set), with what
+        ImageRefused: no model here takes images, or META_AGENT_VISION_MODEL cannot be made (a key not set), with what
             to set.
     """
     if vision_model:
         try:
             made = await anyio.to_thread.run_sync(partial(make_provider, vision_model, environ, timeout=model_timeout))
         except ModelNotConfigured as exc:
-            raise _Refused(f"META_AGENT_VISION_MODEL={vision_model} cannot be used: {exc}") from None
+            raise ImageRefused(f"META_AGENT_VISION_MODEL={vision_model} cannot be used: {exc}") from None
         return made, True
     if context.model is None:
-        raise _Refused(f"no model to ask: {WHAT_TO_SET}")
+        raise ImageRefused(f"no model to ask: {WHAT_TO_SET}")
     if not context.model.accepts_images:
-        raise _Refused(f"the run's model {context.model.name} does not take images: {WHAT_TO_SET}")
+        raise ImageRefused(f"the run's model {context.model.name} does not take images: {WHAT_TO_SET}")
     return context.model, False
 
 
@@ -166,13 +144,13 @@ async def _described(model: Provider, image: ImagePart, question: str) -> str:
     """What `model` answers about `image`.
 
     Raises:
-        _Refused: the model answered with no text.
+        ImageRefused: the model answered with no text.
         ProviderError: the model failed.
     """
     request = ModelRequest(system=SYSTEM, messages=(UserMessage(parts=(image, TextPart(text=question))),))
     response = await model.complete(request)
     if not response.text.strip():
-        raise _Refused(f"{model.name} answered with no text")
+        raise ImageRefused(f"{model.name} answered with no text")
     return response.text.strip()
 
 
@@ -180,26 +158,26 @@ async def _image(value: Any, context: RunContext, limits: FetchLimits) -> ImageP
     """The image `value` names.
 
     Raises:
-        _Refused: not an image describe_image takes or can get, in one line.
+        ImageRefused: not an image describe_image takes or can get, in one line.
     """
     if not isinstance(value, str) or not value.strip():
-        raise _Refused(f"image must be an http(s) URL, a data:image URL or a reference like image-1, not {value!r}")
+        raise ImageRefused(f"image must be an http(s) URL, a data:image URL or a reference like image-1, not {value!r}")
     text = value.strip()
     if _REFERENCE.fullmatch(text.lower()):
         return _referenced(text.lower(), context)
     try:
         scheme = urlsplit(text).scheme.lower()
     except ValueError:  # e.g. an unclosed IPv6 bracket
-        raise _Refused(f"{one_line(text, _SHOWN_URL)!r} is not a URL") from None
+        raise ImageRefused(f"{one_line(text, _SHOWN_URL)!r} is not a URL") from None
     if scheme in ("http", "https"):
-        return await _fetched(text, limits)
+        return await fetch_image(text, limits)
     if scheme == "data":
-        return _decoded(text, limits.max_bytes)
+        return decode_data_url(text, limits.max_bytes)
     if scheme:
-        raise _Refused(
+        raise ImageRefused(
             f"{scheme}: URLs are not accepted; give an http(s) or data:image URL, or a reference like image-1"
         )
-    raise _Refused(
+    raise ImageRefused(
         f"{one_line(text, _SHOWN_URL)!r} is neither an http(s) or data:image URL nor a reference like image-1 to an"
         " image of this run"
     )
@@ -210,97 +188,12 @@ def _referenced(ref: str, context: RunContext) -> ImagePart:
     once results are kept whole for the run: the image of the result it names.
 
     Raises:
-        _Refused: no image of the run has that reference.
+        ImageRefused: no image of the run has that reference.
     """
     image = context.images.get(ref)
     if image is not None:
         return image
     if not context.images:
-        raise _Refused(f"there is no {ref}: no tool result of this run has returned an image")
+        raise ImageRefused(f"there is no {ref}: no tool result of this run has returned an image")
     known = sorted(context.images, key=lambda name: int(name.partition("-")[2]), reverse=True)
-    raise _Refused(f"there is no {ref}; this run's images are {some_of(known, _REFS_SHOWN)}")
-
-
-def _decoded(url: str, max_bytes: int) -> ImagePart:
-    """The image of a `data:image/...;base64,` URL.
-
-    Raises:
-        _Refused: another kind of data URL, malformed base64, or too large.
-    """
-    header, comma, payload = url.partition(",")
-    media, *options = header[len("data:") :].split(";")
-    mime = media.strip().lower()
-    if not comma or not mime.startswith("image/"):
-        raise _Refused(f"the data URL holds {mime or 'text/plain'}, not an image (data:image/png;base64,...)")
-    if "base64" not in (option.strip().lower() for option in options):
-        raise _Refused("only base64 data URLs are accepted (data:image/png;base64,...)")
-    payload = "".join(unquote(payload).split())
-    if len(payload) * 3 // 4 > max_bytes:
-        raise _Refused(f"the data URL's image is larger than {max_bytes:,} bytes")
-    try:
-        raw = base64.b64decode(payload, validate=True)
-    except binascii.Error:
-        raise _Refused("the data URL's base64 is malformed") from None
-    return _image_part(raw, mime, "the data URL")
-
-
-async def _fetched(url: str, limits: FetchLimits) -> ImagePart:
-    """The image at an http(s) URL, within `limits`.
-
-    Raises:
-        _Refused: it could not be fetched in time, is not an image, or is too large.
-    """
-    shown = one_line(url, _SHOWN_URL)
-    try:
-        with anyio.fail_after(limits.timeout):
-            return await _get(url, shown, limits)
-    except (TimeoutError, httpx2.TimeoutException):
-        raise _Refused(f"fetching {shown} took longer than {limits.timeout:g} s") from None
-    except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
-        raise _Refused(f"could not fetch {shown}: {type(exc).__name__}: {one_line(str(exc))}") from None
-
-
-async def _get(url: str, shown: str, limits: FetchLimits) -> ImagePart:
-    """GET `url`, following redirects to http(s) URLs only, at most `limits.max_redirects` of them."""
-    headers = {"User-Agent": USER_AGENT, "Accept": "image/*"}
-    async with httpx2.AsyncClient(headers=headers, timeout=limits.timeout, follow_redirects=False) as http:
-        for _ in range(limits.max_redirects + 1):
-            async with http.stream("GET", url) as response:
-                if not response.has_redirect_location:
-                    return await _body(response, shown, limits.max_bytes)
-                url = urljoin(str(response.url), response.headers["location"])
-                if urlsplit(url).scheme.lower() not in ("http", "https"):
-                    raise _Refused(f"{shown} redirects to {one_line(url, _SHOWN_URL)}, which is not an http(s) URL")
-    raise _Refused(f"{shown} redirects more than {limits.max_redirects} times")
-
-
-async def _body(response: httpx2.Response, shown: str, max_bytes: int) -> ImagePart:
-    """The image a response carries, read no further than `max_bytes`."""
-    if not response.is_success:
-        raise _Refused(f"{shown} answered HTTP {response.status_code}")
-    mime = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if not mime.startswith("image/"):
-        raise _Refused(f"{shown} is {mime or 'of no content type'}, not an image")
-    length = response.headers.get("content-length", "")
-    if length.isdigit() and int(length) > max_bytes:
-        raise _Refused(f"{shown} is larger than {max_bytes:,} bytes ({int(length):,})")
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > max_bytes:
-            raise _Refused(f"{shown} is larger than {max_bytes:,} bytes")
-    return _image_part(bytes(body), mime, shown)
-
-
-def _image_part(raw: bytes, declared: str, shown: str) -> ImagePart:
-    """`raw` as an image part, its media type what its first bytes say where they say it (WebP too).
-
-    Raises:
-        _Refused: no bytes at all.
-    """
-    if not raw:
-        raise _Refused(f"{shown} holds no image data")
-    sniffed = next((mime for signature, mime in _SIGNATURES if raw.startswith(signature)), None)
-    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
-        sniffed = "image/webp"
-    return ImagePart(data=base64.b64encode(raw).decode("ascii"), mime_type=sniffed or declared)
+    raise ImageRefused(f"there is no {ref}; this run's images are {some_of(known, _REFS_SHOWN)}")

@@ -1,7 +1,8 @@
 """The `image_gen` internal tool: its declaration, and `image_gen_tool`, which gives it a backend.
 
 The backend is the official `openai` SDK's images API (`META_AGENT_IMAGE_MODEL`, default `openai:gpt-image-2.5-flare`),
-which also reaches OpenAI-compatible servers through `OPENAI_BASE_URL`. Images come back as base64 PNG parts.
+which also reaches OpenAI-compatible servers through `OPENAI_BASE_URL`. Images come back as base64 PNG parts; an
+image the API answers with as a URL is fetched (internal/images.py).
 `image_gen_withheld` says where the tool is not offered: most OpenAI-compatible servers have no images endpoint.
 """
 
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome
 from meta_agent.errors import ImageGenError
+from meta_agent.internal.images import FETCH_LIMITS, ImageRefused, fetch_image
 from meta_agent.providers import provider_error
 from meta_agent.text import one_line, plural
 
@@ -99,7 +101,7 @@ def image_gen_tool(image_model: str, environ: Mapping[str, str]) -> InternalTool
                 raise provider_error(
                     exc, openai, name=image_model, key_variable="OPENAI_API_KEY", base_url=str(client.base_url)
                 ) from None
-        images = _images(response.data or [], image_model)
+        images = await _images(response.data or [], image_model)
         summary = _summary(len(images), size or response.size, prompt)
         return ToolOutcome(parts=(TextPart(text=summary), *images))
 
@@ -170,20 +172,27 @@ def _checked(arguments: Mapping[str, Any], limits: ImageModelLimits, image_model
     return prompt, size, n
 
 
-def _images(data: list[Any], image_model: str) -> list[Part]:
-    """Raises:
-    ImageGenError: no images, or images given only as URLs (which are not downloaded).
+async def _images(data: list[Any], image_model: str) -> list[Part]:
+    """The images of an answer: base64 as they are, an image given as a URL fetched (http(s) only, within the limits
+    describe_image keeps: its size and a time limit; DALL·E and some OpenAI-compatible servers answer with URLs).
+
+    Raises:
+        ImageGenError: no images, an image without data, or a URL that could not be fetched.
     """
     if not data:
         raise ImageGenError(f"image_gen: {image_model} returned no images")
-    if not all(item.b64_json for item in data):
-        if any(item.url for item in data):
-            raise ImageGenError(
-                f"image_gen: {image_model} answered with image URLs; URL results are not supported"
-                " (nothing is downloaded): use a server that returns b64_json"
-            )
-        raise ImageGenError(f"image_gen: {image_model} returned an image without data")
-    return [ImagePart(data=item.b64_json, mime_type="image/png") for item in data]
+    images: list[Part] = []
+    for item in data:
+        if item.b64_json:
+            images.append(ImagePart(data=item.b64_json, mime_type="image/png"))
+        elif item.url and urlsplit(item.url).scheme.lower() in ("http", "https"):
+            try:
+                images.append(await fetch_image(item.url, FETCH_LIMITS))
+            except ImageRefused as exc:
+                raise ImageGenError(f"image_gen: {image_model} answered with an image URL: {exc}") from None
+        else:
+            raise ImageGenError(f"image_gen: {image_model} returned an image without data")
+    return images
 
 
 def _summary(count: int, size: str | None, prompt: str) -> str:
