@@ -28,6 +28,7 @@ import loop
 import memory
 import one_shot
 import proxy
+import tool_search
 
 from meta_agent import configure_logging
 
@@ -90,6 +91,7 @@ async def benchmarks(rounds: dict[str, int]) -> dict[str, Any]:
         ("one_shot", lambda: anyio.to_thread.run_sync(one_shot.measure, rounds["one_shot"])),
         ("concurrency", lambda: concurrency.measure(rounds["concurrency"])),
         ("memory", memory.measure),
+        ("tool_search", tool_search.measure),
     ):
         started = time.perf_counter()
         out[name] = await run()
@@ -212,6 +214,9 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
         f"- Growth target < 5 MB: {verdict(growth < 5)}.",
         "",
     ]
+
+    if "tool_search" in results:  # results.json of runs before it have no such section
+        lines += tool_search.section(results["tool_search"])
 
     cancel = faults["cancel_to_child_ms"]
     lines += [

@@ -118,10 +118,11 @@ def test_tools_lists_internal_tools_first_then_each_child(tmp_path: Path, marker
     result = run("tools", "--config", str(config), env=OPENAI_ITSELF)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "internal · 2 tools"
+    assert lines[0] == "internal · 3 tools"
     assert lines[1].split() == ["image_gen", "read-only,", "open-world", "always", "(read-only)"]
     assert lines[2].split() == ["describe_image", "read-only,", "open-world", "always", "(read-only)"]
-    lines = lines[1:]  # the rest as before describe_image
+    assert lines[3].split() == ["read_result", "read-only,", "idempotent", "always", "(read-only)"]
+    lines = lines[2:]  # the children as before describe_image and read_result
     assert lines[2].startswith("time · ready")
     assert lines[3].split()[0] == "time.get_current_time"
     assert lines[3].split()[-2:] == ["always", "(read-only)"]
@@ -150,7 +151,7 @@ def test_tools_as_json_and_internal_tools_setting(tmp_path: Path) -> None:
     ]
     assert box["servers"][0]["protocol_version"] == "2026-07-28"
     # the tools offered, then those withheld; the disabled server never started, so it has no tool rows
-    names = ["time.get_current_time", "image_gen", "describe_image", "time.convert_time"]
+    names = ["time.get_current_time", "image_gen", "describe_image", "read_result", "time.convert_time"]
     assert [t["name"] for t in box["tools"]] == names
     assert box["tools"][0]["alias"] == "time__get_current_time"
     assert box["tools"][0]["annotations"]["readOnlyHint"] is True
@@ -158,9 +159,10 @@ def test_tools_as_json_and_internal_tools_setting(tmp_path: Path) -> None:
         (True, None),
         (False, "META_AGENT_INTERNAL_TOOLS leaves it out"),
         (False, "META_AGENT_INTERNAL_TOOLS leaves it out"),
+        (False, "META_AGENT_INTERNAL_TOOLS leaves it out"),
         (False, "denied by tools.deny pattern 'convert_*'"),
     ]
-    convert = box["tools"][3]
+    convert = box["tools"][4]
     assert (convert["alias"], convert["server"], convert["trust"]) == ("time__convert_time", "time", "always")
 
 
@@ -169,8 +171,9 @@ def test_tools_says_why_image_gen_is_withheld_against_a_local_server(tmp_path: P
     result = run("tools", "--config", str(write_config(tmp_path, {})), env=local)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "internal · 1 tool",
+        "internal · 2 tools",
         "  describe_image  read-only, open-world  always (read-only)",
+        "  read_result     read-only, idempotent  always (read-only)",
         (
             "  image_gen  withheld: META_AGENT_IMAGE_MODEL is not set and OPENAI_BASE_URL points at 127.0.0.1, not"
             " OpenAI: set META_AGENT_IMAGE_MODEL=openai:MODEL if that server has an images endpoint"

@@ -63,7 +63,7 @@ from fault_tally import TALLY
 from mcp import Client
 
 from meta_agent.config import Settings
-from meta_agent.core.loop import DEFAULT_MAX_RESULT_CHARS
+from meta_agent.core.tool_call import HEAD_CHARS
 from meta_agent.engine import Engine
 from meta_agent.errors import PatternError
 
@@ -345,12 +345,11 @@ def _malformed_call(call_id: str, kind: str) -> tuple[str, str, dict[str, Any]]:
 
 
 HUGE_ROUNDS = 8
-MAX_RESULT_CHARS = DEFAULT_MAX_RESULT_CHARS  # what the loop passes on to the model of one result
 
 
 async def test_child_returns_huge_results(llm: FakeLLM) -> None:
-    """Results of 60 KB to 3 MB, and stderr lines as long: the run ends normally, the model gets the result cut to
-    the limit with a note of how much was cut, every byte of stderr reaches our log, and the child is kept."""
+    """Results of 60 KB to 3 MB, and stderr lines as long: the run ends normally, the model gets the result's head
+    and the handle it is kept under with its size, every byte of stderr reaches our log, and the child is kept."""
     rng = random.Random(505)
     async with group("child_huge_result"), serving(llm, {"h": fault_entry()}) as (client, engine):
         child = engine.pool["h"]
@@ -373,8 +372,9 @@ async def test_child_returns_huge_results(llm: FakeLLM) -> None:
                 for (call_id, _, _), kind, size, record in zip(huge, kinds, sizes, calls_of(result), strict=True):
                     assert record["ok"], record
                     if kind == "result":
-                        assert seen[call_id].startswith("x" * MAX_RESULT_CHARS) and f"{size:,}" in seen[call_id]
-                        assert len(seen[call_id]) < MAX_RESULT_CHARS + 200
+                        assert seen[call_id].startswith("x" * HEAD_CHARS + "\n[result-")
+                        assert f": {size:,} characters, 1 line;" in seen[call_id]
+                        assert len(seen[call_id]) < HEAD_CHARS + 300
                     else:
                         assert seen[call_id] == "written"
                     faults.handled()

@@ -23,6 +23,7 @@ from meta_agent.front.server import build_server
 from meta_agent.internal import INTERNAL_TOOLS
 from meta_agent.internal.describe_image import DESCRIBE_IMAGE
 from meta_agent.internal.image_gen import IMAGE_GEN, WHAT_TO_SET, image_gen_tool, image_gen_withheld
+from meta_agent.internal.read_result import READ_RESULT
 
 pytestmark = pytest.mark.anyio
 FAST_RETRY = {"retry_after_ms": "1"}  # the SDK honours retry-after-ms, so its retries take no time
@@ -229,7 +230,7 @@ def test_the_schema_names_what_the_model_accepts(image_model: str, sizes: list[s
     assert properties["size"].get("enum") == sizes
     assert properties["n"]["maximum"] == max_n
     assert tool.input_schema["required"] == ["prompt"]
-    assert INTERNAL_TOOLS == (IMAGE_GEN, DESCRIBE_IMAGE) and IMAGE_GEN.run is None
+    assert INTERNAL_TOOLS == (IMAGE_GEN, DESCRIBE_IMAGE, READ_RESULT) and IMAGE_GEN.run is None
 
 
 async def test_a_server_without_an_images_endpoint_is_quoted(llm: FakeLLM) -> None:

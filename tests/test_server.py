@@ -135,7 +135,7 @@ async def test_child_progress_and_a_failed_tool_in_progress(client: Client, llm:
     [
         (
             {"task": "t", "tools": ["nope.*"]},
-            "tools: pattern 'nope.*' matches no tool (the tools are: image_gen, describe_image, f.echo",
+            "tools: pattern 'nope.*' matches no tool (the tools are: image_gen, describe_image, read_result, f.echo",
         ),
         ({"task": "t", "tools": ["bad pattern"]}, "tools: bad pattern 'bad pattern'"),
         ({"task": "t", "tools": ["["]}, "tools: bad pattern '[': unbalanced [ ]"),
@@ -562,6 +562,7 @@ async def test_a_run_that_needs_a_never_answering_child_waits_its_start_timeout_
             assert [tool["function"]["name"] for tool in llm.requests[-1].body["tools"]] == [
                 "image_gen",
                 "describe_image",
+                "read_result",
             ]
 
 

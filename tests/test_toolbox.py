@@ -185,7 +185,7 @@ async def test_a_child_that_went_down_keeps_what_it_listed_as_withheld() -> None
     assert ready["f.echo"] is True and ready["f.hang"] is False
     assert {s["name"]: s["status"] for s in box["servers"]} == {"f": "failed", "off": "disabled", "never": "failed"}
     tools = {tool["name"]: tool for tool in box["tools"]}
-    internal = {"image_gen", "describe_image"}
+    internal = {"image_gen", "describe_image", "read_result"}
     assert set(tools) == set(ready) == internal | {f"f.{tool.name}" for tool in engine.pool["f"].listed}
     assert all(tool["enabled"] is False for tool in tools.values())
     assert tools["image_gen"]["withheld"] == tools["describe_image"]["withheld"] == LEFT_OUT

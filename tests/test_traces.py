@@ -56,7 +56,8 @@ async def test_a_trace_holds_the_whole_run(tmp_path: Path, llm: FakeLLM) -> None
     assert response["tool_calls"][0]["arguments"] == {"size": 120_000}
     finished = next(r for r in trace if r["kind"] == "tool_call_finished")
     assert len(finished["full_result"][0]["text"]) == 120_000  # in full...
-    assert "[... cut 70,000 of 120,000 characters]" in finished["result"][0]["text"]  # ...and as the model got it
+    seen = finished["result"][0]["text"]  # ...and as the model got it: its head, and the handle it was kept under
+    assert f"[result-1@{result.run_id[-6:]}: 120,000 characters, 1 line; the first 4,000 are above" in seen
     assert trace[-1]["result"]["usage"]["model_calls"] == 2
     assert all("ts" in record for record in trace)
 

@@ -91,6 +91,8 @@ class ServerEntry(_Strict):
     tools: ToolFilter = ToolFilter()
     trust: dict[str, TrustLevel] = Field(default_factory=dict)
     timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, le=86_400)
+    # Globs over the child's own tool names that stay in the model's schema when tool search is on.
+    pin: tuple[str, ...] = ()
 
     @field_validator("args", mode="before")
     @classmethod
@@ -98,6 +100,23 @@ class ServerEntry(_Strict):
         if not isinstance(value, (list, tuple)):
             raise ValueError("expected a list of strings")
         return tuple(value)
+
+    @field_validator("pin", mode="before")
+    @classmethod
+    def _pin(cls, value: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("expected a list of glob patterns over the server's own tool names")
+        return tuple(value)
+
+    @field_validator("pin")
+    @classmethod
+    def _pin_globs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            check_glob(pattern)
+            if "." in pattern:
+                own = pattern.split(".", 1)[1]
+                raise ValueError(f"pin pattern {pattern!r} has a dot: write the server's own tool name ({own!r})")
+        return value
 
     @field_validator("trust")
     @classmethod
@@ -405,6 +424,13 @@ class Settings(BaseSettings):
     openai_api: Literal["responses", "chat"] | None = None
     # The model describe_image asks (`provider:model`); None: the run's model, when it accepts images.
     vision_model: str | None = None
+    # Whether a run finds its tools with find_tools instead of seeing every schema; auto: above
+    # core.tool_search.AUTO_THRESHOLD selected tools (never in ask mode).
+    tool_search: Literal["auto", "on", "off"] = "auto"
+    # A tool result with more characters than this is kept whole for the run: the model gets its head and a handle,
+    # and reads on with read_result. 20,000 (about 5,000 tokens) bounds what one result adds to every later request,
+    # and holds most real results whole (a fetched page, a source file), which then cost no read_result round trip.
+    result_inline_chars: int = Field(default=20_000, ge=1_000)
     log_level: Literal["debug", "info", "warning", "error"] | None = None
 
     def enabled_internal_tools(self, known: list[str]) -> list[str]:

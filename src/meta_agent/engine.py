@@ -32,9 +32,11 @@ from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver, ArgumentCheck
+from meta_agent.core.tool_search import SearchPlan, search_on
 from meta_agent.core.tools import InternalTool, ToolSpec
 from meta_agent.errors import ConfigError, ConversationLost, ModelNotConfigured, PatternError
 from meta_agent.internal import INTERNAL_TOOLS, LEFT_OUT, internal_tools
+from meta_agent.internal.find_tools import find_tools_tool
 from meta_agent.providers import Unusable, make_provider, parse_chain, resolve_provider
 from meta_agent.records import trustfile
 from meta_agent.records.conversations import Conversations, Turn
@@ -43,7 +45,7 @@ from meta_agent.records.telemetry import Spans
 from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.records.trustfile import Recorded
 from meta_agent.text import one_line, some_of
-from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, withheld_child_tools, withheld_webhooks
+from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, pinned, withheld_child_tools, withheld_webhooks
 
 log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
@@ -302,8 +304,21 @@ class Engine:
         provider, *fallbacks = await self._models(sampling)
         # Only the children this run can use: a child still starting would be missing from its tools.
         await self.pool.wait_settled(self._children_needed(patterns, mode))
+        tools = tuple(self.select(patterns, mode))
+        search = None
+        if search_on(self.settings.tool_search, mode, len(tools)):  # find_tools first, the pinned tools beside it
+            finder = find_tools_tool()
+            spec = Toolbox.build([finder], (), self._recorded, trust_problem=self.trust_problem).tools[0]
+            search = SearchPlan(finder=finder, shown=frozenset({spec.name, *pinned(self.pool, tools)}))
+            tools = (spec, *tools)
         request = RunRequest(
-            task=task, mode=mode, tools=tuple(self.select(patterns, mode)), limits=limits, history=history
+            task=task,
+            mode=mode,
+            tools=tools,
+            search=search,
+            limits=limits,
+            history=history,
+            max_result_chars=self.settings.result_inline_chars,
         )
         caller = self.caller if questions is None else ToolCaller(self.pool.children, self.internal, questions)
         trace = TraceWriter(self.trace_dir, self._redact)

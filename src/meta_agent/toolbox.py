@@ -26,7 +26,16 @@ from meta_agent.config import check_glob
 from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.policy import TrustLevel, stricter, trust_level, visible
 from meta_agent.core.result import Mode
-from meta_agent.core.tools import NO_RUN, InternalTool, ProgressFn, RunContext, ToolHints, ToolOutcome, ToolSpec
+from meta_agent.core.tools import (
+    FOLLOW_UP_TOOLS,
+    NO_RUN,
+    InternalTool,
+    ProgressFn,
+    RunContext,
+    ToolHints,
+    ToolOutcome,
+    ToolSpec,
+)
 from meta_agent.errors import ChildUnavailable, PatternError
 from meta_agent.records.trustfile import Recorded, definition_hash
 from meta_agent.text import one_line
@@ -135,6 +144,7 @@ class Toolbox:
             spec
             for spec in self.tools
             if visible(mode, internal=spec.internal, read_only=spec.hints.read_only)
+            and not (mode == "ask" and spec.name in FOLLOW_UP_TOOLS)
             and (patterns is None or any(fnmatch.fnmatchcase(spec.name, p) for p in patterns))
         ]
 
@@ -173,6 +183,17 @@ def withheld_webhooks(
         (_child_spec(webhooks.name, tool, webhooks.trust, levels), "disabled in servers.json")
         for tool in webhooks.disabled
     ]
+
+
+def pinned(children: Iterable[ChildServer], tools: Iterable[ToolSpec]) -> set[str]:
+    """The names of `tools` that their server's `pin` globs (servers.json, over its own tool names) match: with tool
+    search on, they stay in the model's schema."""
+    pins = {child.name: child.entry.pin for child in children}
+    return {
+        spec.name
+        for spec in tools
+        if spec.server in pins and any(fnmatch.fnmatchcase(spec.tool, pattern) for pattern in pins[spec.server])
+    }
 
 
 def _down_why(server: str, state: str, error: str | None) -> str:

@@ -36,6 +36,7 @@ from meta_agent.core.messages import (
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind, Mode, RunResult, RunUsage, StepRecord, StopReason
 from meta_agent.core.tool_call import Approver, bounded
+from meta_agent.core.tool_search import SearchingRunner, SearchPlan, ToolSearch
 from meta_agent.core.tool_step import ToolRunner, ToolStepRunner
 from meta_agent.core.tools import ToolSpec
 from meta_agent.errors import LimitExceeded, MetaAgentError, ProviderError, summary
@@ -72,6 +73,7 @@ class RunRequest:
     history: tuple[Message, ...] = ()
     run_id: str = field(default_factory=lambda: str(ULID()))
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    search: SearchPlan | None = None  # None: every tool's schema goes in every model request
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,10 @@ class _Run:
         self.at = 0  # the model of the chain the run uses now: the first that has not failed
         self.emit = emit
         self.pulse = Pulse(heartbeat_interval, self._beat)
+        self.search: ToolSearch | None = None
+        if request.search is not None:  # the model sees find_tools, the pinned tools and what it found
+            self.search = ToolSearch(request.tools, request.search.shown, request.history)
+            tools = SearchingRunner(tools, request.search.finder, self.search)
         self.tool_steps = ToolStepRunner(
             tools=request.tools,
             runner=tools,
@@ -149,10 +155,6 @@ class _Run:
             max_result_chars=request.max_result_chars,
             max_calls_per_step=request.limits.max_tool_calls_per_step,
             history=request.history,
-        )
-        self.schemas = tuple(
-            ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema)
-            for spec in request.tools
         )
         self.transcript: list[Message] = [*request.history, UserMessage.of(request.task)]
         self.usage = Usage()
@@ -246,7 +248,7 @@ class _Run:
         model_request = ModelRequest(
             system=SYSTEM_PROMPTS[self.request.mode],
             messages=tuple(self.transcript),
-            tools=self.schemas,
+            tools=self._schemas(),
             tool_choice="none" if final else "auto",
         )
         started = clock()
@@ -276,11 +278,20 @@ class _Run:
                 self.steps.append(StepRecord(index=step))
                 return Answer(response.text)
             self.transcript.append(response.as_message())
+            if self.search is not None:  # a selected tool called unseen (known from earlier) is shown from now on
+                self.search.called(call.name for call in calls)
             if not calls:
                 self.steps.append(StepRecord(index=step))
                 return Answer(response.text)
             return CallTools(response.text, calls)
         return OutOfTime()
+
+    def _schemas(self) -> tuple[ToolSchema, ...]:
+        """The tools of this model turn: every one, or with search on those shown so far."""
+        shown = self.request.tools if self.search is None else self.search.shown()
+        return tuple(
+            ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema) for spec in shown
+        )
 
     async def _complete(self, step: int, request: ModelRequest) -> ModelResponse:
         """One model call, by the run's model or, when that fails as a provider, by the next of the chain."""

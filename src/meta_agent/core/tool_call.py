@@ -25,6 +25,14 @@ log = structlog.get_logger(__name__)
 # The line `image_label` writes, as `earlier_images` reads it back: the reference and its number.
 _IMAGE_LABEL = re.compile(r"\[(image-([0-9]+)): ")
 
+# The internal tool that reads a result the run kept whole (internal/read_result.py); a run that offers it keeps
+# results longer than its inline limit, and gives the model their head and a handle.
+READ_RESULT = "read_result"
+# What the model gets of a kept result before it reads on (about 1,000 tokens): enough to see its shape (the keys of
+# a JSON document, a page's headings, a table's first rows) and to answer from it when the answer comes first.
+HEAD_CHARS = 4_000
+RUN_TAG_CHARS = 6  # the characters of a run's id that a handle ends with
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -127,15 +135,24 @@ def _validator(spec: ToolSpec) -> Validator | None:
 
 
 def for_model(
-    outcome: ToolOutcome, *, accepts_images: bool, max_chars: int, image_refs: Sequence[str] = ()
+    outcome: ToolOutcome,
+    *,
+    accepts_images: bool,
+    max_chars: int,
+    image_refs: Sequence[str] = (),
+    handle: str | None = None,
 ) -> ToolOutcome:
     """Each image named by its reference (`image_refs`, in order: a line before it, or the placeholder of a model
     that cannot take images), so the model can point at it later; an image without one as it is, or as a placeholder.
-    Text beyond `max_chars` cut with a marker saying how much; the names do not count against it, as they are what
-    lets the model reach the images of a long result."""
+
+    With a `handle` (the run keeps the result's whole text under it, see `kept_text`), the text parts become one: the
+    text's head and a line giving its size, the handle and how to read the rest with read_result. Without one, text
+    beyond `max_chars` is cut with a marker saying how much (a run that has no read_result to offer). The names of
+    images never count against the limit, as they are what lets the model reach the images of a long result."""
     parts: list[Part] = []
     budget = max_chars
     refs = iter(image_refs)
+    headed = False
     for part in outcome.parts:
         if isinstance(part, ImagePart):
             ref = next(refs, None)
@@ -144,6 +161,11 @@ def for_model(
             else:
                 parts.extend((TextPart(text=image_label(ref, part)), part) if ref else (part,))
             continue
+        if isinstance(part, TextPart) and handle is not None:
+            if not headed:  # the whole text, once, where its first part was
+                parts.append(TextPart(text=headed_text(kept_text(outcome), handle, min(max_chars, HEAD_CHARS))))
+                headed = True
+            continue
         if isinstance(part, TextPart):
             if len(part.text) > budget:
                 cut = len(part.text) - budget
@@ -151,6 +173,33 @@ def for_model(
             budget = max(0, budget - len(part.text))
         parts.append(part)
     return ToolOutcome(parts=tuple(parts), is_error=outcome.is_error, error_kind=outcome.error_kind)
+
+
+def kept_text(outcome: ToolOutcome) -> str:
+    """A result's whole text, as the run keeps it for read_result: its text parts, one line break between two."""
+    return "\n".join(part.text for part in outcome.parts if isinstance(part, TextPart))
+
+
+def result_handle(number: int, run_id: str) -> str:
+    """The handle of the run's `number`th kept result, `result-3@7K2QZD`: the end of the run's id tells a handle of
+    another run (an earlier turn of the conversation) from one of this run that does not exist."""
+    return f"result-{number}@{run_tag(run_id)}"
+
+
+def run_tag(run_id: str) -> str:
+    return run_id[-RUN_TAG_CHARS:]
+
+
+def headed_text(text: str, handle: str, head_chars: int) -> str:
+    """The head of a kept result's `text`, then the line that says what the model did not get and how to read it."""
+    count = text.count("\n") + 1
+    lines = f"{count:,} line{'' if count == 1 else 's'}"
+    shown = min(head_chars, len(text))
+    return (
+        f"{text[:shown]}\n[{handle}: {len(text):,} characters, {lines}; the first {shown:,} are above. Read on"
+        f' with read_result(handle="{handle}", offset={shown}), or find lines with read_result(handle="{handle}",'
+        ' pattern="a regex")]'
+    )
 
 
 def error(text: str, kind: ErrorKind = "tool") -> ToolOutcome:

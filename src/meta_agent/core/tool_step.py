@@ -22,7 +22,7 @@ from meta_agent.core.messages import ImagePart, Message, TextPart, ToolCall, Too
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind, Mode, StepRecord, ToolCallRecord
 from meta_agent.core.tool_call import Approver, ArgumentCheck
-from meta_agent.core.tools import ProgressFn, RunContext, ToolOutcome, ToolSpec
+from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.errors import ChildTimeout, MetaAgentError
 
 log = structlog.get_logger(__name__)
@@ -67,6 +67,10 @@ class ToolStepRunner:
     the conversation's `history`, which the model sees next to it and can give an internal tool (describe_image) to
     point at it; `run_images` holds them. `model` gives the run's model as it is now (a fallback may switch it): it
     decides whether results carry images or placeholders, and internal tools may ask it.
+
+    A result whose text is longer than `max_result_chars` is kept whole in `run_results` under a handle
+    (`result-1@<end of the run id>`) when the run offers read_result: the model gets its head and the handle, and
+    reads on with read_result. A run without read_result (ask, or a selector that leaves it out) cuts the text.
     """
 
     def __init__(
@@ -98,6 +102,9 @@ class ToolStepRunner:
         self.max_calls_per_step = max_calls_per_step
         self.images: list[ImagePart] = []
         self.run_images, self._images_named = tool_call.earlier_images(history)
+        self.run_results: dict[str, str] = {}
+        # ask has no later turn to read in: its tool's result is the answer as it is.
+        self._keeps = mode != "ask" and any(spec.internal and spec.name == tool_call.READ_RESULT for spec in tools)
 
     async def run_step(
         self, step: int, calls: tuple[ToolCall, ...], deadline: float
@@ -114,7 +121,8 @@ class ToolStepRunner:
         async def call_one(index: int) -> None:
             call = calls[index]
             full, duration_ms = await self._carry_out(step, call, slots[index])
-            result, record = done[index] = self._shaped(call, full, self._named(full), duration_ms)
+            shaped = self._shaped(call, full, self._named(full), self._kept(call, full), duration_ms)
+            result, record = done[index] = shaped
             await self.emit(
                 ev.ToolCallFinished(
                     step=step,
@@ -195,13 +203,31 @@ class ToolStepRunner:
             self.run_images[refs[-1]] = image
         return tuple(refs)
 
+    def _kept(self, call: ToolCall, full: ToolOutcome) -> str | None:
+        """The handle under which the run keeps the whole text of a result too long to give the model, or None (it
+        fits, or the run has no read_result). read_result's own answers are never kept: they are bounded slices."""
+        if not self._keeps or self.name_of(call.name) == tool_call.READ_RESULT:
+            return None
+        text = tool_call.kept_text(full)
+        if len(text) <= self.max_result_chars:
+            return None
+        handle = tool_call.result_handle(len(self.run_results) + 1, self.run_id)
+        self.run_results[handle] = text
+        return handle
+
     def _shaped(
-        self, call: ToolCall, full: ToolOutcome, image_refs: Sequence[str], duration_ms: int
+        self, call: ToolCall, full: ToolOutcome, image_refs: Sequence[str], handle: str | None, duration_ms: int
     ) -> tuple[ToolResult, ToolCallRecord]:
         """The result the model sees (its images named, or placeholders where the model cannot take them; long text
-        cut) and the call's record."""
+        kept under `handle`, its head shown, or cut where there is none) and the call's record."""
+        # read_result bounds its own answers, which are never cut again (a low inline limit would make them unreadable).
+        limit = len(tool_call.kept_text(full)) if self.name_of(call.name) == tool_call.READ_RESULT else None
         outcome = tool_call.for_model(
-            full, accepts_images=self.model().accepts_images, max_chars=self.max_result_chars, image_refs=image_refs
+            full,
+            accepts_images=self.model().accepts_images,
+            max_chars=limit or self.max_result_chars,
+            image_refs=image_refs,
+            handle=handle,
         )
         error = outcome.parts[0].text if outcome.is_error and isinstance(outcome.parts[0], TextPart) else None
         result = ToolResult(call_id=call.id, name=call.name, parts=outcome.parts, is_error=outcome.is_error)
@@ -219,6 +245,8 @@ class ToolStepRunner:
         """Check, approve and run one call; every failure becomes an error outcome for the model."""
         spec = self.by_alias.get(call.name)
         if spec is None:
+            if FIND_TOOLS in self.by_alias:  # with search on, the list could be hundreds of names long
+                return tool_call.error(f"unknown tool {call.name!r}; find the tool you need with {FIND_TOOLS}")
             known = ", ".join(sorted(self.by_alias)) or "none"
             return tool_call.error(f"unknown tool {call.name!r}; the tools are: {known}")
         if call.invalid_arguments:
@@ -242,7 +270,9 @@ class ToolStepRunner:
             )
 
         # The run's images as they are when the call starts: a call of the same step may add more meanwhile.
-        context = RunContext(model=self.model(), images=dict(self.run_images))
+        context = RunContext(
+            model=self.model(), images=dict(self.run_images), results=dict(self.run_results), run_id=self.run_id
+        )
         try:
             outcome = await self.pulse.wait(
                 step, spec.name, self.runner.call(spec, call.arguments, on_progress, context=context)

@@ -13,6 +13,10 @@ from meta_agent.core.policy import TrustLevel
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind
 
+FIND_TOOLS = "find_tools"  # the internal tool the model searches with when tool search is on (internal/find_tools.py)
+# Internal tools that read what an earlier call of the run left (a result kept whole): of no use to `ask`, whose one
+# tool call is its answer, so ask mode never shows them.
+FOLLOW_UP_TOOLS = frozenset({"read_result"})
 # The `webhooks` map of servers.json, and the server part of each webhook's tool name (`webhooks.notify`).
 WEBHOOKS = "webhooks"
 
@@ -78,10 +82,21 @@ class ToolOutcome:
 class RunContext:
     """What an internal tool may know of the run that calls it: the run's model as it is at the call (a fallback
     may have switched it), and the images earlier tool results of the run returned, by the reference the model was
-    told (`image-1`, ...). `NO_RUN` where no run calls the tool (a host calling image_gen directly)."""
+    told (`image-1`, ...), and the whole text of the results it kept, by handle (`result-1@<end of run_id>`, read by
+    read_result). `NO_RUN` where no run calls the tool (a host calling image_gen directly)."""
 
     model: Provider | None = None
     images: Mapping[str, ImagePart] = field(default_factory=dict)
+    results: Mapping[str, str] = field(default_factory=dict)
+    run_id: str = ""
+    tool_search: ToolFinder | None = None  # the run's tool search, when it is on (find_tools searches it)
+
+
+class ToolFinder(Protocol):
+    """A run's tool search as find_tools uses it (core.tool_search.ToolSearch): the best `limit` matches for
+    `query` among the run's selected tools, which the model is shown from its next turn."""
+
+    def find(self, query: str, limit: int) -> list[ToolSpec]: ...
 
 
 NO_RUN = RunContext()

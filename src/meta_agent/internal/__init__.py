@@ -9,9 +9,10 @@ from meta_agent.config import Settings
 from meta_agent.core.tools import InternalTool
 from meta_agent.internal.describe_image import DESCRIBE_IMAGE, describe_image_tool, vision_model_withheld
 from meta_agent.internal.image_gen import DEFAULT_IMAGE_MODEL, IMAGE_GEN, image_gen_tool, image_gen_withheld
+from meta_agent.internal.read_result import READ_RESULT
 
 # Every internal tool, as declared before a configuration enables it.
-INTERNAL_TOOLS = (IMAGE_GEN, DESCRIBE_IMAGE)
+INTERNAL_TOOLS = (IMAGE_GEN, DESCRIBE_IMAGE, READ_RESULT)
 LEFT_OUT = "META_AGENT_INTERNAL_TOOLS leaves it out"  # why an internal tool switched off is withheld
 
 
@@ -32,4 +33,6 @@ def internal_tools(settings: Settings, environ: Mapping[str, str]) -> tuple[list
         offered.append(image_gen_tool(settings.image_model or DEFAULT_IMAGE_MODEL, environ))
     if "describe_image" not in withheld:
         offered.append(describe_image_tool(settings.vision_model, environ, model_timeout=settings.model_timeout))
+    if "read_result" not in withheld:  # always offered: a run keeps a long result only when it can be read
+        offered.append(READ_RESULT)
     return offered, withheld
