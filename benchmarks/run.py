@@ -41,7 +41,7 @@ def ms(figure: dict[str, float]) -> str:
     return f"{figure['median']:.2f} ms ({figure['min']:.2f}–{figure['max']:.2f})"
 
 
-def machine() -> list[str]:
+def machine(run: str) -> list[str]:
     cpu = next(
         (
             line.split(":", 1)[1].strip()
@@ -62,15 +62,17 @@ def machine() -> list[str]:
             f"{memory_kb / 1024 / 1024:.0f} GiB"
         ),
         f"- Python {platform.python_version()}; meta-agent {version('meta-agent')}; {peers}",
-        f"- Run: {time.strftime('%Y-%m-%d %H:%M %Z')}, `scripts/bench` ({' '.join(sys.argv[1:]) or 'default rounds'})",
+        f"- Run: {run}",
     ]
 
 
 def fault_suite() -> dict[str, Any]:
+    """The whole fault suite (every tests/test_faults*.py: its summary needs them all) and its counts."""
     with tempfile.TemporaryDirectory() as state:
         summary = Path(state) / "faults.json"
         env = {**os.environ, "META_AGENT_FAULT_SUMMARY": str(summary)}
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_faults.py"]
+        modules = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_faults*.py"))
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *modules]
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         print(done.stdout.strip().splitlines()[-2] if done.stdout.strip() else done.stderr[-2000:])
         if done.returncode != 0 or not summary.exists():
@@ -99,8 +101,8 @@ async def benchmarks(rounds: dict[str, int]) -> dict[str, Any]:
     return out
 
 
-def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> str:
-    lines = ["# Benchmark results", "", *machine(), f"- Wall time of the whole command: {seconds:.0f} s", ""]
+def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run: str) -> str:
+    lines = ["# Benchmark results", "", *machine(run), f"- Wall time of the whole command: {seconds:.0f} s", ""]
     lines += ["Written by `scripts/bench` (benchmarks/run.py); every figure is the median over rounds (min–max).", ""]
 
     lp = dict(results["loop"])
@@ -220,7 +222,7 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float) -> s
 
     cancel = faults["cancel_to_child_ms"]
     lines += [
-        "## Fault suite (tests/test_faults.py, also part of `scripts/test`)",
+        "## Fault suite (tests/test_faults*.py, also part of `scripts/test`)",
         "",
         (
             f"- Injected {faults['injected']}, handled {faults['handled']}, hung {faults['hung']} (must be 0), leaked"
@@ -257,8 +259,11 @@ def main() -> None:
         started = time.perf_counter()
         raw = {"results": anyio.run(benchmarks, rounds), "faults": fault_suite()}
         raw["seconds"] = time.perf_counter() - started
+        raw["run"] = (
+            f"{time.strftime('%Y-%m-%d %H:%M %Z')}, `scripts/bench` ({' '.join(sys.argv[1:]) or 'default rounds'})"
+        )
         RAW.write_text(json.dumps(raw, indent=1) + "\n")
-    text = report(raw["results"], raw["faults"], raw["seconds"])
+    text = report(raw["results"], raw["faults"], raw["seconds"], raw.get("run", "(when and how: not recorded)"))
     RESULTS.write_text(text + "\n")
     print(text)
     print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
