@@ -4,6 +4,8 @@ of many tools (fixtures/many_tools.py) and the real openai SDK talking to the fa
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -229,3 +231,29 @@ async def test_a_conversation_keeps_the_tools_found_and_a_known_tool_called_unsh
         assert offered(llm.requests[0]) == shown
         assert json.loads(tool_messages(llm.requests[1])[-1])["called"] == "restore_ticket"
         assert set(offered(llm.requests[1])) == {*shown, "m__restore_ticket"}
+
+
+def test_meta_agent_run_searches_a_200_tool_child_and_the_trace_tells_it(tmp_path: Path, llm: FakeLLM) -> None:
+    """`meta-agent run` in its own process, search on by `auto` (200 tools), the trace read back."""
+    config = tmp_path / "servers.json"
+    entry = {"command": sys.executable, "args": [str(MANY), "--count", "200"], "trust": {"*": "always"}}
+    config.write_text(json.dumps({"mcpServers": {"m": entry}}))
+    llm.reply(openai_reply(None, ("c1", "find_tools", {"query": "archive old shipments"})))
+    llm.reply(openai_reply(None, ("c2", "m__archive_shipment", {"shipment_id": "S1"})))
+    llm.reply(openai_reply("archived"))
+    environ = openai_env(llm, model="openai:fake-model", base=os.environ, META_AGENT_TRACE_DIR=str(tmp_path / "t"))
+    command = [sys.executable, "-m", "meta_agent", "run", "archive shipment S1", "--config", str(config), "--json"]
+    done = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["answer"] == "archived"
+    assert [call["name"] for step in out["steps"] for call in step["tool_calls"]] == [
+        "find_tools",
+        "m.archive_shipment",
+    ]
+    assert 'step 1 · call find_tools {"query": "archive old shipments"}' in done.stderr
+    assert children_in(llm.requests[0]) == [] and "m__archive_shipment" in children_in(llm.requests[1])
+    trace = (tmp_path / "t" / f"{out['run_id']}.jsonl").read_text().splitlines()
+    finished = [json.loads(line) for line in trace if '"tool_call_finished"' in line]
+    assert [record["name"] for record in finished] == ["find_tools", "m.archive_shipment"]
+    assert "m.archive_shipment" in finished[0]["result"][0]["text"]
