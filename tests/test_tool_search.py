@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from conftest import ProgressLog, openai_env
 from fake_llm import FakeLLM, Seen, openai_reply
 from many_tools import tools
 from mcp import Client
 
-from meta_agent.config import ServerEntry, Settings, ToolFilter, parse_servers
+from meta_agent.config import ServerEntry, Settings, ToolFilter, load_servers, parse_servers
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tool_search import AUTO_THRESHOLD, ToolIndex, search_on, tokenize
 from meta_agent.core.tools import ToolHints, ToolSpec
@@ -257,3 +258,35 @@ def test_meta_agent_run_searches_a_200_tool_child_and_the_trace_tells_it(tmp_pat
     finished = [json.loads(line) for line in trace if '"tool_call_finished"' in line]
     assert [record["name"] for record in finished] == ["find_tools", "m.archive_shipment"]
     assert "m.archive_shipment" in finished[0]["result"][0]["text"]
+
+
+async def test_the_index_follows_the_toolbox_across_a_reload(tmp_path: Path, llm: FakeLLM) -> None:
+    """40 tools, then servers.json edited to 200: a search of the next run finds a tool only the new child has."""
+    path = tmp_path / "servers.json"
+
+    def write(count: int) -> None:
+        entry = {"command": sys.executable, "args": [str(MANY), "--count", str(count)], "trust": {"*": "always"}}
+        path.write_text(json.dumps({"mcpServers": {"m": entry}}))
+
+    write(40)  # invoices, customers, shipments and tickets: no payroll runs
+    settings = Settings(model="openai:fake-model")
+    server = build_server(settings, load_servers(path, os.environ), openai_env(llm), config_file=path)
+    search = openai_reply(None, ("c1", "find_tools", {"query": "restore a payroll run"}))
+    async with Client(server) as client:
+        llm.reply(search)
+        llm.reply(openai_reply("none"))
+        await client.call_tool("agent", {"task": "restore payroll run 7"})
+        assert "m.restore_payroll_run" not in tool_messages(llm.requests[1])[0]
+        assert server.engine is not None
+        engine = server.engine
+        grown = anyio.Event()
+        engine.on_toolbox_change(lambda: "m.restore_payroll_run" in engine.toolbox().by_name and grown.set())
+        write(200)
+        engine.request_reload()
+        with anyio.fail_after(30):
+            await grown.wait()
+        llm.requests.clear()
+        llm.reply(search)
+        llm.reply(openai_reply("none"))
+        await client.call_tool("agent", {"task": "restore payroll run 7"})
+    assert tool_messages(llm.requests[1])[0].startswith("m.restore_payroll_run ")
