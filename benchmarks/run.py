@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import cold_start
 import concurrency
+import handles
 import loop
 import memory
 import one_shot
@@ -94,6 +95,7 @@ async def benchmarks(rounds: dict[str, int]) -> dict[str, Any]:
         ("concurrency", lambda: concurrency.measure(rounds["concurrency"])),
         ("memory", memory.measure),
         ("tool_search", tool_search.measure),
+        ("handles", handles.measure),
     ):
         started = time.perf_counter()
         out[name] = await run()
@@ -219,6 +221,8 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
 
     if "tool_search" in results:  # results.json of runs before it have no such section
         lines += tool_search.section(results["tool_search"])
+    if "handles" in results:  # nor of result handles
+        lines += handles.section(results["handles"])
 
     cancel = faults["cancel_to_child_ms"]
     lines += [
