@@ -7,7 +7,7 @@ handle, calls `read_result(handle, pattern=...)` with the handle it read, and an
 (the limit above the result's size) it answers from the whole result. Each answer is checked.
 
 Tokens are counted with o200k_base (quicktok, offline, as tool_search.py does) over each request as the `openai:`
-provider sends it to OpenAI: the JSON body of the Responses API (providers/openai_responses.py's own `_body`: the
+provider sends it to OpenAI: the JSON body of the Responses API (providers/openai_responses.py's own `request_body`: the
 instructions, the transcript and every tool schema), summed over the run's requests.
 
     python benchmarks/handles.py   # this section alone
@@ -38,7 +38,7 @@ from meta_agent import (
     configure_logging,
 )
 from meta_agent.core.messages import ToolMessage, jsonable
-from meta_agent.providers.openai_responses import _body
+from meta_agent.providers.openai_responses import request_body
 
 HERE = Path(__file__).parent
 SIZE = 2_000_000
@@ -76,7 +76,7 @@ async def answer(request: ModelRequest) -> ModelResponse:
 
 
 def request_tokens(request: ModelRequest) -> int:
-    return tokens(json.dumps(_body(WIRE_MODEL, request), default=jsonable, ensure_ascii=False))
+    return tokens(json.dumps(request_body(WIRE_MODEL, request), default=jsonable, ensure_ascii=False))
 
 
 async def scripted_run(inline_chars: int, script: Sequence[Any]) -> list[ModelRequest]:

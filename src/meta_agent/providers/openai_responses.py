@@ -48,14 +48,15 @@ class OpenAIResponsesProvider(OpenAIProvider):
     """One model behind the Responses API."""
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        answer = await self.post("/responses", _body(self._model, request))
+        answer = await self.post("/responses", request_body(self._model, request))
         try:
             return _response(answer, self._name)
         except WrongShape as exc:
             raise answer_error(self._name, exc) from None
 
 
-def _body(model: str, request: ModelRequest) -> dict[str, Any]:
+def request_body(model: str, request: ModelRequest) -> dict[str, Any]:
+    """The JSON body of a Responses API request for `request` (also what the benchmarks count the tokens of)."""
     body: dict[str, Any] = {"model": model, "instructions": request.system, "input": _input(request), "store": False}
     if not _NOT_REASONING.match(model):
         body["reasoning"] = {"summary": "auto"}
