@@ -65,8 +65,12 @@ def tool_messages(seen: Seen) -> list[str]:
 
 
 def test_words_split_at_case_and_separators_and_meet_across_suffixes() -> None:
-    assert tokenize("getFileContents") == tokenize("get_file_contents") == tokenize("get-file.content")
-    assert tokenize("HTTPServer listIssues") == ["http", "server", "list", "issu"]
+    assert tokenize("get_file_contents") == tokenize("get-file.content") == ["get", "file", "content"]
+    assert tokenize("getFileContents") == ["getfilecontent", "get", "file", "content"]  # the whole word too
+    assert tokenize("HTTPServer listIssues") == ["httpserver", "http", "server", "listissu", "list", "issu"]
+    assert tokenize("GitHub") == ["github", "git", "hub"]
+    assert tokenize("open https://news.example.com/a?b=1 now") == tokenize("open www.news.example.com now")
+    assert tokenize("open www.news.example.com now") == ["open", "url", "now"]  # an address is "a URL"
     assert tokenize("created") == tokenize("creating") == tokenize("creates") == tokenize("create")
     assert tokenize("the status of a repository") == ["status", "repository"]
 
@@ -86,8 +90,24 @@ def test_the_index_ranks_by_name_description_parameters_and_server() -> None:
     assert index.search("readFile", 1)[0].name == "fs.read_file"  # camelCase meets snake_case
     assert index.search("pg", 1)[0].name == "pg.execute_sql"  # the server's name
     assert [found.name for found in index.search("github issues", 5)] == ["github.list_issues", "github.create_issue"]
+    assert index.search("fetch https://example.com/time", 1) == []  # the address's words are not the query's
     assert index.search("weather in paris") == []
     assert len(index.search("a", 3)) == 0 and len(ToolIndex([]).search("anything")) == 0
+
+
+def test_a_query_that_names_a_server_puts_its_tools_ahead() -> None:
+    tools = [
+        spec("git.git_log", "Shows the commit logs of the repository.", {"max_count": {"type": "integer"}}),
+        spec("github.list_commits", "Get list of commits of a branch.", {"sha": {"type": "string"}}),
+        spec("notion.API-query", "Query a database.", {"filter": {"type": "object"}}),
+    ]
+    index = ToolIndex(tools)
+    assert [found.name for found in index.search("the commit log", 2)] == ["git.git_log", "github.list_commits"]
+    assert [found.name for found in index.search("the commits on GitHub", 2)] == [
+        "github.list_commits",
+        "git.git_log",
+    ]
+    assert [found.name for found in index.search("query the notion database", 1)] == ["notion.API-query"]
 
 
 def test_search_turns_on_above_the_threshold_never_in_ask_mode() -> None:
@@ -177,7 +197,7 @@ async def test_search_never_reveals_a_tool_the_run_cannot_use(llm: FakeLLM) -> N
         llm.reply(openai_reply("1. look"))
         await client.call_tool("plan", {"task": "t"})
         lines = tool_messages(llm.requests[1])[0].splitlines()
-        verbs = {line.split()[0].removeprefix("m.").split("_")[0] for line in lines}
+        verbs = {line.split()[0].removeprefix("m.").split("_")[0] for line in lines if line.startswith("m.")}
         assert verbs == {"list", "get", "search", "count"}  # the read-only ones only
 
 
