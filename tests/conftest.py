@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_cluster import database_url, pg_cluster  # noqa: F401  (fixtures for every test module)
 
 from meta_agent.config import ServerEntry
 

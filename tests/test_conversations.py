@@ -35,6 +35,7 @@ from meta_agent.front.tool_results import NOT_REMEMBERED
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.records import transcripts
 from meta_agent.records.conversations import Conversations, default_path
+from meta_agent.records.database import SqliteDatabase
 from meta_agent.records.transcripts import trim
 
 pytestmark = pytest.mark.anyio
@@ -165,7 +166,7 @@ def test_trimming_drops_whole_old_turns_and_keeps_the_newest() -> None:
 
 
 async def test_a_trimmed_conversation_says_so(tmp_path: Path) -> None:
-    store = Conversations(tmp_path / "c.sqlite3")
+    store = Conversations(SqliteDatabase(tmp_path / "c.sqlite3"))
     async with store.turn(None) as new:
         dropped = await store.save(new, tuple(turn(1, 300_000) + turn(2, 300_000)))
     assert dropped == 1
@@ -174,7 +175,7 @@ async def test_a_trimmed_conversation_says_so(tmp_path: Path) -> None:
 
 async def test_any_text_a_model_sends_is_saved_as_it_is(tmp_path: Path) -> None:
     """A lone surrogate (a model's "\\ud800") is no UTF-8: stored raw, SQLite would refuse the whole turn."""
-    store = Conversations(tmp_path / "c.sqlite3")
+    store = Conversations(SqliteDatabase(tmp_path / "c.sqlite3"))
     transcript = (UserMessage.of("say \ud800 and é"), AssistantMessage(text="\udfff 日本 \U0001f600"))
     try:
         async with store.turn(None) as new:
@@ -231,7 +232,7 @@ def test_every_tool_call_is_answered_once_right_after_it(transcript: list, expec
 
 async def test_a_transcript_cut_mid_step_is_saved_with_every_call_answered(tmp_path: Path) -> None:
     """What a run cut between a model turn and its tool results holds: saved, it is one the providers accept."""
-    store = Conversations(tmp_path / "c.sqlite3")
+    store = Conversations(SqliteDatabase(tmp_path / "c.sqlite3"))
     async with store.turn(None) as new:
         await store.save(new, (UserMessage.of("go"), TWO_CALLS))
     assert await store.load(new.conversation_id) == (
@@ -335,11 +336,12 @@ from pathlib import Path
 import anyio
 
 from meta_agent.records.conversations import Conversations
+from meta_agent.records.database import SqliteDatabase
 from meta_agent.core.messages import AssistantMessage, UserMessage
 
 
 async def main(path: str, conversation_id: str, lease: str) -> None:
-    store = Conversations(Path(path), lease_seconds=float(lease))
+    store = Conversations(SqliteDatabase(Path(path)), lease_seconds=float(lease))
     async with store.turn(conversation_id) as turn:
         print("held", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.readline)
@@ -384,7 +386,7 @@ async def test_a_turn_waits_while_another_process_holds_the_conversation(tmp_pat
     """A turn that another process holds is waited for, and the next turn starts from what it saved; a holder that is
     killed frees the conversation once its lease runs out."""
     path = tmp_path / "c.sqlite3"
-    store = Conversations(path)
+    store = Conversations(SqliteDatabase(path))
     async with store.turn(None) as new:
         await store.save(new, (UserMessage.of("first"), AssistantMessage(text="one")))
     conversation = new.conversation_id
@@ -420,7 +422,7 @@ async def test_a_turn_waits_while_another_process_holds_the_conversation(tmp_pat
 
 async def test_a_turn_whose_hold_another_process_took_over_is_not_saved(tmp_path: Path) -> None:
     path = tmp_path / "c.sqlite3"
-    store = Conversations(path)
+    store = Conversations(SqliteDatabase(path))
     async with store.turn(None) as new:
         await store.save(new, (UserMessage.of("first"), AssistantMessage(text="one")))
     async with store.turn(new.conversation_id) as turn:

@@ -15,10 +15,9 @@ import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import mcp.types as t
 import pytest
@@ -26,6 +25,7 @@ from conftest import TESTS, ProgressLog, openai_env
 from fake_llm import FakeLLM, images_reply, openai_reply
 from fault_server import TINY_PNG
 from mcp import Client
+from postgres_cluster import Cluster, unavailable
 
 from meta_agent.config import Settings, load_servers
 from meta_agent.core.messages import ModelRequest, ModelResponse, TextPart, ToolCall, ToolMessage
@@ -38,7 +38,6 @@ EXAMPLE = ROOT / "examples" / "postgres"
 CONFIG = EXAMPLE / "servers.json"
 # Where examples/postgres/install-server puts the server, and where servers.json looks for it unless POSTGRES_MCP says.
 SERVER = Path(os.environ.get("POSTGRES_MCP") or ROOT / ".venv-postgres-mcp" / "bin" / "postgres-mcp")
-NO_BINARIES = 3  # start-db's exit status when this machine has no PostgreSQL server binaries
 TASK = "Which product sold most in Q3 2026? Then draw it."
 IMAGE_MODEL = "openai:gpt-image-1"
 PNG = base64.b64encode(TINY_PNG).decode()
@@ -83,36 +82,16 @@ class Shop:
         return product, int(units)
 
 
-def unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (the PostgreSQL example is required under CI=true)")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
-def shop() -> Iterator[Shop]:
-    """A throwaway cluster from the example's own start-db, stopped (and its directory deleted) by its stop-db."""
+def shop(pg_cluster: Cluster) -> Shop:
+    """The example's database on the session's cluster (start-db loads it)."""
     if not SERVER.exists():
         unavailable(f"postgres-mcp is not installed (run examples/postgres/install-server): no {SERVER}")
-    started = subprocess.run(
-        ["bash", str(EXAMPLE / "start-db")], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    return Shop(
+        database_uri=pg_cluster.exported["DATABASE_URI"],
+        admin_url=pg_cluster.admin_url,
+        psql=pg_cluster.binaries / "psql",
     )
-    if started.returncode == NO_BINARIES:
-        unavailable(started.stderr.strip())
-    assert started.returncode == 0, started.stderr
-    exported = dict(line.removeprefix("export ").replace("'", "").split("=", 1) for line in started.stdout.splitlines())
-    directory = Path(exported["SHOP_DB_DIR"])
-    try:
-        binaries = Path((directory / ".meta-agent-example-db").read_text().strip())  # the ones start-db used
-        yield Shop(
-            database_uri=exported["DATABASE_URI"],
-            admin_url=(directory / "admin-url").read_text().strip(),
-            psql=binaries / "psql",
-        )
-    finally:
-        stopped = subprocess.run(["bash", str(EXAMPLE / "stop-db"), str(directory)], capture_output=True, timeout=60)
-        assert stopped.returncode == 0, stopped.stderr
-        assert not directory.exists()
 
 
 def example_environ(shop: Shop, **extra: str) -> dict[str, str]:

@@ -416,6 +416,8 @@ class Settings(BaseSettings):
     trace_dir: Path | None = None  # None: the user state dir (see records.traces.default_trace_dir)
     trace_max_age_days: float = Field(default=14.0, gt=0)
     conversations_db: Path | None = None  # None: the user data dir (see records.conversations.default_path)
+    # PostgreSQL shared by replicas (postgresql://…); None: the embedded SQLite file of conversations_db.
+    database_url: str | None = None
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None
@@ -432,6 +434,18 @@ class Settings(BaseSettings):
     # and holds most real results whole (a fetched page, a source file), which then cost no read_result round trip.
     result_inline_chars: int = Field(default=20_000, ge=1_000)
     log_level: Literal["debug", "info", "warning", "error"] | None = None
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if not value:
+            return None  # set but empty: the embedded default, as when unset
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError(
+                "expected a PostgreSQL URL (postgresql://user:password@host:port/database);"
+                " unset it for the embedded store"
+            )
+        return value
 
     def enabled_internal_tools(self, known: list[str]) -> list[str]:
         """The internal tools `META_AGENT_INTERNAL_TOOLS` enables, in `known` order.

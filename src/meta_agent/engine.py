@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
-import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from meta_agent.providers import Unusable, make_provider, parse_chain, resolve_p
 from meta_agent.records import trustfile
 from meta_agent.records.conversations import Conversations, Turn
 from meta_agent.records.conversations import default_path as default_conversations_path
+from meta_agent.records.database import open_database
 from meta_agent.records.telemetry import Spans
 from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.records.trustfile import Recorded
@@ -95,7 +95,8 @@ class Engine:
         self._given_provider = provider
         self._provider_lock = anyio.Lock()
         self.trace_dir = settings.trace_dir or default_trace_dir()
-        self.conversations = Conversations(settings.conversations_db or default_conversations_path())
+        self.database = open_database(settings.database_url, settings.conversations_db or default_conversations_path())
+        self.conversations = Conversations(self.database)
         self._redact = redact or Redactor.of(environ, servers, settings.http_token)
         _learn_webhook_secrets(self._redact, servers)
         self._listeners: list[Callable[[], None]] = []
@@ -360,16 +361,16 @@ class Engine:
         saying why in one line."""
         try:
             trimmed = await self.conversations.save(turn, result.transcript)
-        except ConversationLost as exc:
+        except (ConversationLost, ConfigError) as exc:
             error = str(exc)
-        except (sqlite3.Error, OSError) as exc:
-            error = f"{self.conversations.path}: cannot write the conversations store: {exc}; this turn was not saved"
+        except self.database.errors as exc:
+            error = f"{self.database.label}: cannot write the conversations store: {exc}; this turn was not saved"
         except (ValueError, RecursionError) as exc:
             error = f"this turn cannot be stored as JSON ({type(exc).__name__}: {exc}); it was not saved"
         else:
             return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
         error = one_line(error)  # whatever the error said
-        log.warning("conversation_not_saved", path=str(self.conversations.path), error=error)
+        log.warning("conversation_not_saved", path=self.database.label, error=error)
         return dataclasses.replace(result, conversation_error=error)
 
     def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:

@@ -1,12 +1,14 @@
 """Conversations that continue: each `agent` or `ask` call returns a `conversation_id`; passing it back continues the
-same transcript. Stored in SQLite (embedded; survives a restart) and bounded: when a transcript grows past
+same transcript. Stored in the database (meta_agent.records.database: embedded SQLite, or PostgreSQL shared by
+replicas; either survives a restart) and bounded: when a transcript grows past
 `MAX_CHARS`, its oldest whole turns are dropped and the result says so.
 
 Turns of one conversation are serialised: a turn holds its conversation from loading it to saving it, and another
 turn of it waits meanwhile, then starts from the transcript that one saved. In one process the hold is a lock; across
 processes sharing the database it is a lease in the conversation's row (`holder`, `held_until`), taken by a
 conditional update, renewed while the turn runs and checked when it saves, so a process that dies holding one frees
-it within `LEASE_SECONDS`. The same conditional updates work on PostgreSQL (design.md §7).
+it within `LEASE_SECONDS`. The same conditional updates work on PostgreSQL, where replicas share conversations
+(design.md §7).
 
 What is stored of a transcript, and how it is trimmed and read back, is in meta_agent.records.transcripts.
 """
@@ -14,8 +16,6 @@ What is stored of a transcript, and how it is trimmed and read back, is in meta_
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -29,6 +29,7 @@ from ulid import ULID
 
 from meta_agent.core.messages import Message, jsonable
 from meta_agent.errors import ConfigError, ConversationLost
+from meta_agent.records.database import Database, Sql
 from meta_agent.records.transcripts import answered, decode, trim
 
 log = structlog.get_logger(__name__)
@@ -44,19 +45,6 @@ RENEWALS_PER_LEASE = 3
 WAIT_POLL_SECONDS = 0.1
 # A turn waiting for its conversation tells its caller this often (hosts reset their timeout on progress).
 WAIT_NOTICE = 10.0
-SCHEMA = """
-create table if not exists conversations (
-    id text primary key,
-    messages text not null,
-    updated text not null default (datetime('now')),
-    holder text,
-    held_until real
-)
-"""
-# Columns that stores made by older versions lack: (name, declaration).
-ADDED_COLUMNS = (("holder", "text"), ("held_until", "real"))
-
-
 Waiting = Callable[[float], Awaitable[None]]  # told the seconds a turn has waited for its conversation so far
 
 
@@ -104,16 +92,13 @@ def default_path() -> Path:
 
 
 class Conversations:
-    """The store: one connection, used on worker threads one call at a time, so the event loop never waits on disk.
-    Write-ahead logging: a save is one append, and other processes on the same file can read meanwhile."""
+    """The store, on `database` (its calls run on worker threads, so the event loop never waits on it)."""
 
-    def __init__(self, path: Path, *, lease_seconds: float = LEASE_SECONDS) -> None:
+    def __init__(self, database: Database, *, lease_seconds: float = LEASE_SECONDS) -> None:
         """`lease_seconds`: how long a hold lasts past its last renewal (shorter in tests; `LONGEST_HOLD` at most)."""
-        self.path = path
+        self.database = database
         self.wait_notice = WAIT_NOTICE
         self.lease_seconds = min(lease_seconds, LONGEST_HOLD)
-        self._connection: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
         self._local: dict[str, tuple[anyio.Lock, int]] = {}  # conversation id → (its lock, turns holding or waiting)
 
     async def load(self, conversation_id: str) -> tuple[Message, ...]:
@@ -162,15 +147,15 @@ class Conversations:
 
         Raises:
             ConversationLost: another process took the conversation over (this turn's hold had lapsed); not saved.
-            sqlite3.Error, OSError: the store cannot be written.
+            Database.errors: the store cannot be written.
             ValueError, RecursionError: the transcript cannot be encoded as JSON.
         """
         kept, dropped = trim(answered(transcript))
-        # ASCII escapes: a lone surrogate (a model's "\ud800") is no UTF-8, and SQLite would refuse the whole text.
+        # ASCII escapes: a lone surrogate (a model's "\ud800") is no UTF-8, and the database would refuse the text.
         body = json.dumps(kept, default=jsonable)
         if turn.holder is None:
-            await anyio.to_thread.run_sync(self._in_transaction, _insert, turn.conversation_id, body)
-        elif not await anyio.to_thread.run_sync(self._in_transaction, _update, turn, body):
+            await anyio.to_thread.run_sync(self.database.run, _insert, turn.conversation_id, body)
+        elif not await anyio.to_thread.run_sync(self.database.run, _update, turn, body):
             raise ConversationLost(
                 f"conversation {turn.conversation_id!r}: another process took it over while this turn ran "
                 f"(its hold lapsed after {self.lease_seconds:g} s without renewal); this turn was not saved"
@@ -178,10 +163,7 @@ class Conversations:
         return dropped
 
     def close(self) -> None:
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+        self.database.close()
 
     @asynccontextmanager
     async def _local_turn(self, conversation_id: str, waiting: Waiting | None) -> AsyncIterator[None]:
@@ -229,8 +211,10 @@ class Conversations:
         while True:
             await anyio.sleep(self.lease_seconds / RENEWALS_PER_LEASE)
             try:
-                held = await anyio.to_thread.run_sync(self._in_transaction, _extend, turn, self.lease_seconds)
-            except sqlite3.Error as exc:  # the next renewal may get through; the save will tell if the hold lapsed
+                held = await anyio.to_thread.run_sync(self.database.run, _extend, turn, self.lease_seconds)
+            except (
+                self.database.errors
+            ) as exc:  # the next renewal may get through; the save will tell if the hold lapsed
                 log.warning("conversation_not_renewed", conversation_id=turn.conversation_id, error=str(exc))
                 continue
             if not held:
@@ -239,104 +223,74 @@ class Conversations:
 
     async def _release(self, conversation_id: str, holder: str | None) -> None:
         try:
-            await anyio.to_thread.run_sync(self._in_transaction, _let_go, conversation_id, holder)
-        except sqlite3.Error as exc:  # the lease runs out by itself
+            await anyio.to_thread.run_sync(self.database.run, _let_go, conversation_id, holder)
+        except self.database.errors as exc:  # the lease runs out by itself
             log.warning("conversation_not_released", conversation_id=conversation_id, error=str(exc))
 
     async def _store(self, work: Callable[..., T], *args: Any) -> T:
         """`work` in a transaction, with a store that cannot be opened or read as one line naming it.
 
         Raises:
-            ConfigError: the database cannot be opened or read.
+            ConfigError: the database cannot be opened or read, or its schema is newer than this code knows.
         """
         try:
-            return await anyio.to_thread.run_sync(self._in_transaction, work, *args)
-        except (sqlite3.Error, OSError) as exc:
-            raise ConfigError(f"{self.path}: cannot read the conversations store: {exc}") from None
-
-    def _in_transaction(self, work: Callable[..., T], *args: Any) -> T:
-        with self._lock:
-            if self._connection is None:
-                self._connection = self._connect()
-            with self._connection:
-                return work(self._connection, *args)
-
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
-        try:
-            connection.execute("pragma journal_mode=wal")
-            connection.execute("pragma synchronous=normal")
-            # KiB: lookups are by key, so the 2 MiB default cache would only add to resident memory
-            connection.execute("pragma cache_size=-256")
-            connection.execute(SCHEMA)
-            _add_columns(connection)
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+            return await anyio.to_thread.run_sync(self.database.run, work, *args)
+        except self.database.errors as exc:
+            raise ConfigError(f"{self.database.label}: cannot read the conversations store: {exc}") from None
 
 
-def _add_columns(connection: sqlite3.Connection) -> None:
-    """Bring a store made by an older version up to date (another process may be doing the same)."""
-    have = {row[1] for row in connection.execute("pragma table_info(conversations)")}
-    for name, declaration in ADDED_COLUMNS:
-        if name in have:
-            continue
-        try:
-            connection.execute(f"alter table conversations add column {name} {declaration}")
-        except sqlite3.OperationalError as exc:
-            if "duplicate column" not in str(exc):
-                raise
+def _select(sql: Sql, conversation_id: str) -> str | None:
+    row = sql.one("select messages from conversations where id = ?", (conversation_id,))
+    return None if row is None else str(row[0])
 
 
-def _select(connection: sqlite3.Connection, conversation_id: str) -> str | None:
-    row = connection.execute("select messages from conversations where id = ?", (conversation_id,)).fetchone()
-    return row[0] if row else None
-
-
-def _take(connection: sqlite3.Connection, conversation_id: str, holder: str, lease: float) -> tuple[bool, str] | None:
+def _take(sql: Sql, conversation_id: str, holder: str, lease: float) -> tuple[bool, str] | None:
     """(whether `holder` took the lease, the transcript); None: no such conversation. A hold that ends after
     `LONGEST_HOLD` from now was not written by a turn (a clock that jumped, a hand edit): it would block the
     conversation for that long, so it is taken too."""
     now = time.time()
-    taken = connection.execute(
+    taken = sql.execute(
         "update conversations set holder = ?, held_until = ? "
         "where id = ? and (holder is null or held_until is null or held_until < ? or held_until > ?)",
         (holder, now + lease, conversation_id, now, now + LONGEST_HOLD),
-    ).rowcount
-    messages = _select(connection, conversation_id)
+    )
+    messages = _select(sql, conversation_id)
     return None if messages is None else (taken == 1, messages)
 
 
-def _extend(connection: sqlite3.Connection, turn: Turn, lease: float) -> bool:
+def _extend(sql: Sql, turn: Turn, lease: float) -> bool:
     return (
-        connection.execute(
+        sql.execute(
             "update conversations set held_until = ? where id = ? and holder = ?",
             (time.time() + lease, turn.conversation_id, turn.holder),
-        ).rowcount
+        )
         == 1
     )
 
 
-def _let_go(connection: sqlite3.Connection, conversation_id: str, holder: str) -> None:
-    connection.execute(
+def _let_go(sql: Sql, conversation_id: str, holder: str) -> None:
+    sql.execute(
         "update conversations set holder = null, held_until = null where id = ? and holder = ?",
         (conversation_id, holder),
     )
 
 
-def _insert(connection: sqlite3.Connection, conversation_id: str, body: str) -> None:
-    connection.execute("insert into conversations (id, messages) values (?, ?)", (conversation_id, body))
+def _insert(sql: Sql, conversation_id: str, body: str) -> None:
+    sql.execute("insert into conversations (id, messages, updated) values (?, ?, ?)", (conversation_id, body, _now()))
 
 
-def _update(connection: sqlite3.Connection, turn: Turn, body: str) -> bool:
+def _update(sql: Sql, turn: Turn, body: str) -> bool:
     """Save the turn's transcript if it still holds the conversation, and let it go; whether it did."""
     return (
-        connection.execute(
-            "update conversations set messages = ?, updated = datetime('now'), holder = null, held_until = null "
+        sql.execute(
+            "update conversations set messages = ?, updated = ?, holder = null, held_until = null "
             "where id = ? and holder = ?",
-            (body, turn.conversation_id, turn.holder),
-        ).rowcount
+            (body, _now(), turn.conversation_id, turn.holder),
+        )
         == 1
     )
+
+
+def _now() -> str:
+    """UTC now as SQLite's datetime('now') writes it, which older stores hold."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())

@@ -1,0 +1,213 @@
+"""The database of meta-agent's shared state: embedded SQLite by default, PostgreSQL when `META_AGENT_DATABASE_URL`
+names one (design.md §7), behind one small seam, `Database.run(work, *args)`: `work(sql, *args)` in one transaction
+on a worker thread, so the event loop never waits on the database. Statements are written once, with `?`
+placeholders, for both.
+
+The schema is a numbered list of migrations (`MIGRATIONS`); the version reached is the one row of `meta_agent_schema`,
+and opening a database applies the ones it lacks, in one transaction that holds a lock, so replicas starting together
+migrate it once. A database whose version is newer than this code knows is refused: this code would not know what
+the newer columns mean.
+
+psycopg is imported only when a PostgreSQL URL is given (about 135 ms).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from meta_agent.errors import ConfigError
+
+T = TypeVar("T")
+# An arbitrary key for PostgreSQL's advisory lock that serialises migrations across replicas.
+MIGRATION_LOCK = 0x6D657461
+
+
+class Sql:
+    """The statements of one transaction, with `?` placeholders on either database."""
+
+    def __init__(self, cursor: Any, *, postgres: bool) -> None:
+        self._cursor = cursor
+        self.postgres = postgres
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        """Run `statement`; how many rows it changed."""
+        self._cursor.execute(statement.replace("?", "%s") if self.postgres else statement, tuple(params))
+        return int(self._cursor.rowcount)
+
+    def one(self, statement: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        """The first row `statement` reads, or None."""
+        self.execute(statement, params)
+        row = self._cursor.fetchone()
+        return None if row is None else tuple(row)
+
+    def all(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self.execute(statement, params)
+        return [tuple(row) for row in self._cursor.fetchall()]
+
+
+class Migration(Protocol):
+    def __call__(self, sql: Sql) -> None: ...
+
+
+def _conversations(sql: Sql) -> None:
+    """1: conversations with their holds. An SQLite store made before migrations were numbered has the table,
+    maybe without the hold's columns."""
+    sql.execute(
+        "create table if not exists conversations (id text primary key, messages text not null, updated text not null,"
+        f" holder text, held_until {'double precision' if sql.postgres else 'real'})"
+    )
+    if not sql.postgres:
+        have = {row[1] for row in sql.all("pragma table_info(conversations)")}
+        for name, declaration in (("holder", "text"), ("held_until", "real")):
+            if name not in have:
+                sql.execute(f"alter table conversations add column {name} {declaration}")
+
+
+MIGRATIONS: tuple[Migration, ...] = (_conversations,)
+
+
+class Database:
+    """One connection, used on worker threads one transaction at a time."""
+
+    errors: tuple[type[Exception], ...]  # what a failing database raises
+
+    def __init__(self, label: str, *, postgres: bool) -> None:
+        self.label = label  # names the database in errors: its path, or its URL without the password
+        self.postgres = postgres
+        self._connection: Any = None
+        self._lock = threading.Lock()
+
+    def run(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(sql, *args)` in one transaction, on the caller's thread (callers use a worker thread); the schema
+        is brought up to date first.
+
+        Raises:
+            ConfigError: the database's schema is newer than this code knows.
+            self.errors: the database cannot be reached, read or written.
+        """
+        with self._lock:
+            if self._connection is None:
+                connection = self._connect()
+                try:
+                    self._transaction(connection, self._migrate)
+                except BaseException:
+                    connection.close()
+                    raise
+                self._connection = connection
+            try:
+                return self._transaction(self._connection, work, *args)
+            except self.errors:
+                if self._broken(self._connection):  # the next call connects again (a restarted server, say)
+                    self._connection.close()
+                    self._connection = None
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def _migrate(self, sql: Sql) -> None:
+        if self.postgres:  # replicas starting together: one migrates, the others wait for it, then find it done
+            sql.execute("select pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+        sql.execute("create table if not exists meta_agent_schema (version integer not null)")
+        row = sql.one("select version from meta_agent_schema")
+        version = 0 if row is None else int(row[0])
+        if version > len(MIGRATIONS):
+            raise ConfigError(
+                f"{self.label}: the database's schema is version {version}, newer than this meta-agent knows "
+                f"({len(MIGRATIONS)}): upgrade meta-agent, or give it another database"
+            )
+        for migration in MIGRATIONS[version:]:
+            migration(sql)
+        if row is None:
+            sql.execute("insert into meta_agent_schema (version) values (?)", (len(MIGRATIONS),))
+        elif version < len(MIGRATIONS):
+            sql.execute("update meta_agent_schema set version = ?", (len(MIGRATIONS),))
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _broken(self, connection: Any) -> bool:
+        return False
+
+    def _transaction(self, connection: Any, work: Callable[..., T], *args: Any) -> T:
+        raise NotImplementedError
+
+
+class SqliteDatabase(Database):
+    """A file, in write-ahead-log mode: a save is one append, and other processes on the same file read meanwhile."""
+
+    errors = (sqlite3.Error, OSError)
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(str(path), postgres=False)
+        self.path = path
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
+        try:
+            connection.execute("pragma journal_mode=wal")
+            connection.execute("pragma synchronous=normal")
+            # KiB: lookups are by key, so the 2 MiB default cache would only add to resident memory
+            connection.execute("pragma cache_size=-256")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _transaction(self, connection: sqlite3.Connection, work: Callable[..., T], *args: Any) -> T:
+        # immediate: a transaction that will write takes the write lock first, so two processes migrating or
+        # taking a hold at once queue (for the connection's timeout) instead of failing on a lock upgrade
+        connection.execute("begin immediate")
+        try:
+            result = work(Sql(connection.cursor(), postgres=False), *args)
+        except BaseException:
+            connection.execute("rollback")
+            raise
+        connection.execute("commit")
+        return result
+
+
+class PostgresDatabase(Database):
+    def __init__(self, url: str) -> None:
+        super().__init__(redacted(url), postgres=True)
+        import psycopg  # on first use: only a PostgreSQL store needs it
+
+        self.errors = (psycopg.Error, OSError)
+        self.url = url
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        # autocommit: each `transaction()` block below is the whole transaction, committed when it ends
+        return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+
+    def _broken(self, connection: Any) -> bool:
+        return bool(connection.broken or connection.closed)
+
+    def _transaction(self, connection: Any, work: Callable[..., T], *args: Any) -> T:
+        with connection.transaction(), connection.cursor() as cursor:
+            return work(Sql(cursor, postgres=True), *args)
+
+
+def redacted(url: str) -> str:
+    """`url` without its password, to name it in errors and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def open_database(url: str | None, path: Path) -> Database:
+    """PostgreSQL at `url` (META_AGENT_DATABASE_URL), else SQLite at `path`. Nothing is connected until the first
+    `run`."""
+    return PostgresDatabase(url) if url else SqliteDatabase(path)

@@ -1,0 +1,171 @@
+"""The shared-state database: numbered migrations on SQLite and on a real PostgreSQL (a throwaway cluster, see
+postgres_cluster.py), a newer schema refused in one line, replicas migrating together, conversations held across
+processes on PostgreSQL, and two real `meta-agent serve --transport http` replicas sharing a conversation."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import FAULT_SERVER, http_serving, openai_env
+from fake_llm import FakeLLM, openai_reply
+from mcp import Client
+from postgres_cluster import Cluster
+
+from meta_agent.core.messages import AssistantMessage, UserMessage
+from meta_agent.errors import ConfigError
+from meta_agent.records.conversations import Conversations
+from meta_agent.records.database import MIGRATIONS, Database, PostgresDatabase, Sql, SqliteDatabase, redacted
+
+pytestmark = pytest.mark.anyio
+
+
+def version(sql: Sql) -> int:
+    row = sql.one("select version from meta_agent_schema")
+    assert row is not None
+    return int(row[0])
+
+
+def set_version(sql: Sql, value: int) -> None:
+    sql.execute("update meta_agent_schema set version = ?", (value,))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
+    if request.param == "sqlite":
+        return SqliteDatabase(tmp_path / "state.sqlite3")
+    return PostgresDatabase(request.getfixturevalue("database_url"))
+
+
+def test_a_new_database_gets_every_migration_once(database: Database) -> None:
+    assert database.run(version) == len(MIGRATIONS)
+    database.run(lambda sql: sql.execute("insert into conversations (id, messages, updated) values ('a', '[]', 'x')"))
+    database.close()
+    assert database.run(version) == len(MIGRATIONS)  # opened again: nothing re-run, nothing lost
+    assert database.run(lambda sql: sql.one("select count(*) from conversations")) == (1,)
+    database.close()
+
+
+def test_a_newer_schema_is_refused_in_one_line(database: Database) -> None:
+    database.run(set_version, len(MIGRATIONS) + 1)
+    database.close()
+    with pytest.raises(ConfigError) as refused:
+        database.run(version)
+    assert str(refused.value) == (
+        f"{database.label}: the database's schema is version {len(MIGRATIONS) + 1}, newer than this meta-agent knows "
+        f"({len(MIGRATIONS)}): upgrade meta-agent, or give it another database"
+    )
+
+
+def test_a_failed_transaction_changes_nothing(database: Database) -> None:
+    def half(sql: Sql) -> None:
+        sql.execute("insert into conversations (id, messages, updated) values ('a', '[]', 'x')")
+        raise RuntimeError("midway")
+
+    with pytest.raises(RuntimeError):
+        database.run(half)
+    assert database.run(lambda sql: sql.one("select count(*) from conversations")) == (0,)
+    database.close()
+
+
+def test_replicas_starting_together_migrate_once(database_url: str) -> None:
+    replicas = [PostgresDatabase(database_url) for _ in range(4)]
+    versions: list[int] = []
+    failures: list[BaseException] = []
+    start = threading.Barrier(len(replicas))
+
+    def open_one(db: Database) -> None:
+        start.wait()
+        try:
+            versions.append(db.run(version))
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_one, args=(db,)) for db in replicas]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == [] and versions == [len(MIGRATIONS)] * len(replicas)
+    assert replicas[0].run(lambda sql: sql.one("select count(*) from meta_agent_schema")) == (1,)
+    for db in replicas:
+        db.close()
+
+
+def test_an_unreachable_database_names_its_url_without_the_password(pg_cluster: Cluster) -> None:
+    url = pg_cluster.database("no_such_database")
+    assert "***" in redacted(url) and url.split("//")[1].split("@")[0].split(":")[1] not in redacted(url)
+    db = PostgresDatabase(url)
+    with pytest.raises(db.errors) as failed:
+        db.run(version)
+    assert "no_such_database" in str(failed.value)
+
+
+async def test_turns_on_postgresql_wait_for_the_one_holding_the_conversation(database_url: str) -> None:
+    """Two stores on one database, as two replicas: the second turn waits for the first, then sees its save."""
+    first, second = (Conversations(PostgresDatabase(database_url), lease_seconds=5) for _ in range(2))
+    second.wait_notice = 0.05  # it tells its caller it waits: then it has met the first turn's hold
+    async with first.turn(None) as new:
+        await first.save(new, [UserMessage.of("one"), AssistantMessage(text="1")])
+    order: list[str] = []
+    waiting = anyio.Event()
+
+    async def told(seconds: float) -> None:
+        waiting.set()
+
+    async def other() -> None:
+        async with second.turn(new.conversation_id, waiting=told) as turn:
+            order.append(f"second saw {len(turn.history)} messages")
+
+    async with first.turn(new.conversation_id) as held, anyio.create_task_group() as tg:
+        tg.start_soon(other)
+        await waiting.wait()
+        order.append("first saves")
+        await first.save(held, [*held.history, UserMessage.of("two"), AssistantMessage(text="2")])
+    assert order == ["first saves", "second saw 4 messages"]
+    first.close()
+    second.close()
+
+
+def replica_environ(llm: FakeLLM, database_url: str, tmp_path: Path) -> dict[str, str]:
+    return openai_env(
+        llm,
+        model="openai:fake-model",
+        base={
+            **os.environ,
+            "META_AGENT_DATABASE_URL": database_url,
+            "META_AGENT_TRACE_DIR": str(tmp_path),
+            "META_AGENT_CONVERSATIONS_DB": str(tmp_path / "unused.sqlite3"),
+        },
+    )
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2025-11-25"])
+async def test_a_conversation_started_on_one_replica_continues_on_the_other(
+    era: str, database_url: str, pg_cluster: Cluster, llm_endpoint: FakeLLM, tmp_path: Path
+) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"f": {"command": sys.executable, "args": [str(FAULT_SERVER)]}}}))
+    environ = replica_environ(llm_endpoint, database_url, tmp_path)
+    mode = "legacy" if era == "2025-11-25" else "auto"
+    with http_serving(config, environ) as (one, _), http_serving(config, environ) as (other, _):
+        llm_endpoint.reply(openai_reply("Noted: 42."))
+        async with Client(f"{one}/mcp", mode=mode) as client:
+            assert client.protocol_version == era
+            first = await client.call_tool("agent", {"task": "Remember 42."})
+        assert first.structured_content is not None, first.content
+        conversation_id = first.structured_content["conversation_id"]
+        llm_endpoint.reply(openai_reply("It was 42."))
+        async with Client(f"{other}/mcp", mode=mode) as client:
+            second = await client.call_tool("agent", {"task": "What was it?", "conversation_id": conversation_id})
+        assert not second.is_error, second.content
+        assert second.structured_content["conversation_id"] == conversation_id
+        said = [(m["role"], m.get("content")) for m in llm_endpoint.requests[-1].body["messages"]]
+        assert said[-3:] == [("user", "Remember 42."), ("assistant", "Noted: 42."), ("user", "What was it?")]
+    # on PostgreSQL, not a file the two happen to share
+    assert pg_cluster.psql(database_url, f"select count(*) from conversations where id = '{conversation_id}'") == "1"
