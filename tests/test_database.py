@@ -4,23 +4,30 @@ processes on PostgreSQL, and two real `meta-agent serve --transport http` replic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-from conftest import FAULT_SERVER, http_serving, openai_env
+from conftest import FAULT_SERVER, ServerLog, free_port, http_serving, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from postgres_cluster import Cluster
 
+from meta_agent.config import ServerEntry, Settings
 from meta_agent.core.messages import AssistantMessage, UserMessage
 from meta_agent.errors import ConfigError
+from meta_agent.front.server import build_server
 from meta_agent.records.conversations import Conversations
 from meta_agent.records.database import MIGRATIONS, Database, PostgresDatabase, Sql, SqliteDatabase, redacted
+from meta_agent.records.run_index import RunIndex
 
 pytestmark = pytest.mark.anyio
 
@@ -169,3 +176,141 @@ async def test_a_conversation_started_on_one_replica_continues_on_the_other(
         assert said[-3:] == [("user", "Remember 42."), ("assistant", "Noted: 42."), ("user", "What was it?")]
     # on PostgreSQL, not a file the two happen to share
     assert pg_cluster.psql(database_url, f"select count(*) from conversations where id = '{conversation_id}'") == "1"
+
+
+# -- the run index and meta-agent://runs/{run_id} -----------------------------------------------------------------------
+
+
+async def read_run(client: Client, run_id: str) -> dict[str, Any]:
+    contents = (await client.read_resource(f"meta-agent://runs/{run_id}")).contents
+    return json.loads(contents[0].text)  # type: ignore[union-attr]
+
+
+async def test_a_run_is_read_back_by_its_id_done_with_its_result_or_its_error(tmp_path: Path, llm: FakeLLM) -> None:
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "c.sqlite3", trace_dir=tmp_path)
+    async with Client(build_server(settings, {}, openai_env(llm))) as client:
+        llm.reply(openai_reply("Done."))
+        answered = await client.call_tool("agent", {"task": "t"})
+        assert answered.structured_content is not None
+        run = await read_run(client, answered.structured_content["run_id"])
+        assert run["status"] == "done" and run["mode"] == "agent" and run["error"] is None
+        assert run["result"] == answered.structured_content
+
+        llm.reply({"error": {"message": "no such model", "type": "invalid_request_error"}}, status=404)
+        failed = await client.call_tool("agent", {"task": "t"})
+        assert failed.is_error
+        failures = [state for state in await all_runs(settings) if state["status"] == "done" and state["error"]]
+        assert len(failures) == 1 and "no such model" in failures[0]["error"], failures
+
+        with pytest.raises(MCPError, match="unknown run 'NOPE'"):
+            await client.read_resource("meta-agent://runs/NOPE")
+
+
+async def all_runs(settings: Settings) -> list[dict[str, Any]]:
+    database = SqliteDatabase(settings.conversations_db)  # type: ignore[arg-type]
+    ids = database.run(lambda sql: sql.all("select id from runs"))
+    index = RunIndex(database, "reader")
+    states = [await index.read(run_id) for (run_id,) in ids]
+    database.close()
+    return [state.to_json() for state in states if state is not None]
+
+
+def serve_replica(config: Path, environ: dict[str, str]) -> tuple[subprocess.Popen[str], str, ServerLog]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "meta_agent",
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--config",
+            str(config),
+        ],
+        env=environ,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = ServerLog(proc.stderr)
+    log.wait_for("serving_http")
+    return proc, f"http://127.0.0.1:{port}/mcp", log
+
+
+async def test_a_run_whose_replica_is_killed_reads_interrupted_from_the_other(
+    database_url: str, pg_cluster: Cluster, llm_endpoint: FakeLLM, tmp_path: Path
+) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"f": {"command": sys.executable, "args": [str(FAULT_SERVER)]}}}))
+    environ = {**replica_environ(llm_endpoint, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
+    doomed, doomed_url, _ = serve_replica(config, environ)
+    try:
+        with http_serving(config, environ) as (other, _):
+            llm_endpoint.reply(openai_reply(None, ("c1", "f__hang", {})))
+
+            async def call_and_lose_it() -> None:
+                with contextlib.suppress(Exception):
+                    async with Client(doomed_url) as client:
+                        await client.call_tool("agent", {"task": "wait forever"})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call_and_lose_it)
+                with anyio.fail_after(30):
+                    while not (
+                        running := pg_cluster.psql(database_url, "select id from runs where status = 'running'")
+                    ):
+                        await anyio.sleep(0.05)  # polling the database for the run to start, not waiting a fixed time
+                    while len(llm_endpoint.requests) < 1:
+                        await anyio.sleep(0.05)
+                doomed.kill()
+                doomed.wait(timeout=30)
+                tg.cancel_scope.cancel()
+            async with Client(f"{other}/mcp") as client:
+                with anyio.fail_after(30):
+                    while (run := await read_run(client, running))["status"] == "running":
+                        await anyio.sleep(0.1)  # until the killed replica's mark lapses (1 s)
+            assert run["status"] == "interrupted" and run["result"] is None and run["mode"] == "agent"
+    finally:
+        doomed.kill()
+        doomed.wait(timeout=30)
+        assert doomed.stderr is not None
+        doomed.stderr.close()
+
+
+def test_a_replica_refuses_to_start_against_a_newer_schema_in_one_line(database_url: str, tmp_path: Path) -> None:
+    database = PostgresDatabase(database_url)
+    database.run(set_version, len(MIGRATIONS) + 1)
+    database.close()
+    config = tmp_path / "servers.json"
+    config.write_text('{"mcpServers": {}}')
+    done = subprocess.run(
+        [sys.executable, "-m", "meta_agent", "serve", "--transport", "http", "--port", "0", "--config", str(config)],
+        env={**os.environ, "META_AGENT_DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        f"meta-agent: {redacted(database_url)}: the database's schema is version "
+        f"{len(MIGRATIONS) + 1}, newer than this meta-agent knows ({len(MIGRATIONS)}): upgrade meta-agent, or give it "
+        "another database\n"
+    )
+
+
+async def test_a_cancelled_run_is_done_saying_so(tmp_path: Path, llm: FakeLLM) -> None:
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "c.sqlite3", trace_dir=tmp_path)
+    servers = {"f": ServerEntry(command=sys.executable, args=[str(FAULT_SERVER)])}
+    llm.reply(openai_reply(None, ("c1", "f__hang", {})))
+    async with Client(build_server(settings, servers, openai_env(llm))) as client, anyio.create_task_group() as tg:
+        tg.start_soon(client.call_tool, "agent", {"task": "wait forever"})
+        with anyio.fail_after(30):
+            while not await all_runs(settings) or len(llm.requests) < 1:
+                await anyio.sleep(0.05)  # polling for the run to be under way, not waiting a fixed time
+        tg.cancel_scope.cancel()  # the caller goes away
+    with anyio.fail_after(30):
+        while (run := (await all_runs(settings))[0])["status"] == "running":
+            await anyio.sleep(0.05)
+    assert run["status"] == "done" and run["error"] == "cancelled" and run["result"] is None

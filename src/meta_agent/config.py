@@ -418,6 +418,9 @@ class Settings(BaseSettings):
     conversations_db: Path | None = None  # None: the user data dir (see records.conversations.default_path)
     # PostgreSQL shared by replicas (postgresql://…); None: the embedded SQLite file of conversations_db.
     database_url: str | None = None
+    # Seconds a process's hold on a conversation, and its mark on a running run, outlive its last renewal: how soon
+    # a process that died is known to have (its conversations free again, its runs `interrupted`).
+    lease_seconds: float = Field(default=30.0, gt=0, le=300)
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from meta_agent.records import trustfile
 from meta_agent.records.conversations import Conversations, Turn
 from meta_agent.records.conversations import default_path as default_conversations_path
 from meta_agent.records.database import open_database
+from meta_agent.records.run_index import RunIndex
 from meta_agent.records.telemetry import Spans
 from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.records.trustfile import Recorded
@@ -96,7 +98,9 @@ class Engine:
         self._provider_lock = anyio.Lock()
         self.trace_dir = settings.trace_dir or default_trace_dir()
         self.database = open_database(settings.database_url, settings.conversations_db or default_conversations_path())
-        self.conversations = Conversations(self.database)
+        self.conversations = Conversations(self.database, lease_seconds=settings.lease_seconds)
+        replica = f"{socket.gethostname()}:{os.getpid()}"
+        self.runs = RunIndex(self.database, replica, alive_seconds=settings.lease_seconds)
         self._redact = redact or Redactor.of(environ, servers, settings.http_token)
         _learn_webhook_secrets(self._redact, servers)
         self._listeners: list[Callable[[], None]] = []
@@ -331,20 +335,22 @@ class Engine:
 
         with structlog.contextvars.bound_contextvars(run_id=request.run_id):
             log.info("run_started", mode=mode, model=provider.name, tools=len(request.tools))
-            try:
-                result = await run(
-                    request,
-                    provider=provider,
-                    fallbacks=fallbacks,
-                    tools=caller,
-                    approver=approver,
-                    emit=fan_out,
-                    checks=self._checks,
-                )
-            finally:
-                with anyio.CancelScope(shield=True):  # the trace is whole on disk before the result is returned
-                    await trace.aclose()
-            result = await self._remember(result, turn)
+            async with self.runs.running(request.run_id, mode):
+                try:
+                    result = await run(
+                        request,
+                        provider=provider,
+                        fallbacks=fallbacks,
+                        tools=caller,
+                        approver=approver,
+                        emit=fan_out,
+                        checks=self._checks,
+                    )
+                finally:
+                    with anyio.CancelScope(shield=True):  # the trace is whole on disk before the result is returned
+                        await trace.aclose()
+                result = await self._remember(result, turn)
+                await self.runs.finished(request.run_id, result.to_json())
             usage = result.usage
             log.info(
                 "run_finished",

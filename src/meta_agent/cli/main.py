@@ -151,6 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.trust_file = trust_path(args.config)
         if args.command != "tools":  # likewise a broken trust file; `tools` shows what it does to the levels
             trustfile.load(args.trust_file)
+        if settings.database_url and args.command in ("serve", "run"):  # and a shared database it cannot use
+            from meta_agent.records.database import check
+
+            check(settings.database_url)
     except ConfigError as exc:
         return fail(str(exc), EXIT_USAGE)
     default_level = "info" if args.command == "serve" else "warning"

@@ -55,10 +55,12 @@ from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
 TOOLBOX_URI = "meta-agent://toolbox"
+RUNS_URI = "meta-agent://runs/{run_id}"
 INSTRUCTIONS = (
     "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
     "numbered plan using read-only tools only; `ask` is one model turn; `image_gen` makes images. Long calls report "
-    "progress. The resource meta-agent://toolbox lists every tool it can use."
+    "progress. The resource meta-agent://toolbox lists every tool it can use; meta-agent://runs/{run_id} tells how a"
+    " run is, and its result when done."
 )
 
 ToolPatterns = Annotated[
@@ -172,6 +174,7 @@ def build_server(
     if any(tool.name == "image_gen" for tool in internal_tools(settings, environ)[0]):
         _add_image_gen(server)
     _add_toolbox_resource(server)
+    _add_runs_resource(server)
     # Our log lines to the hosts that ask (`logging`), redacted as the engine's traces are.
     HostLogs(redact).install(server)
     return server
@@ -273,6 +276,21 @@ def _add_toolbox_resource(server: MetaAgentServer) -> None:
         if server.engine is None:  # only a session reads resources, and sessions run inside the lifespan
             raise ResourceError("meta-agent is not running")
         return json.dumps(server.engine.describe(), indent=2)
+
+
+def _add_runs_resource(server: MetaAgentServer) -> None:
+    """The resource template meta-agent://runs/{run_id}: how a run is, from the run index any replica reads."""
+
+    @server.resource(RUNS_URI, name="run", mime_type="application/json")
+    async def run_state(run_id: str) -> str:
+        """A run's status (running, interrupted: its replica stopped mid-run, done) and, when done, its structured
+        result (or why it has none)."""
+        if server.engine is None:
+            raise ResourceError("meta-agent is not running")
+        state = await server.engine.runs.read(run_id)
+        if state is None:
+            raise ResourceError(f"unknown run {run_id!r}")
+        return json.dumps(state.to_json(), indent=2)
 
 
 async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAnswer:

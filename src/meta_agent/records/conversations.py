@@ -29,7 +29,7 @@ from ulid import ULID
 
 from meta_agent.core.messages import Message, jsonable
 from meta_agent.errors import ConfigError, ConversationLost
-from meta_agent.records.database import Database, Sql
+from meta_agent.records.database import Database, Sql, now
 from meta_agent.records.transcripts import answered, decode, trim
 
 log = structlog.get_logger(__name__)
@@ -276,7 +276,7 @@ def _let_go(sql: Sql, conversation_id: str, holder: str) -> None:
 
 
 def _insert(sql: Sql, conversation_id: str, body: str) -> None:
-    sql.execute("insert into conversations (id, messages, updated) values (?, ?, ?)", (conversation_id, body, _now()))
+    sql.execute("insert into conversations (id, messages, updated) values (?, ?, ?)", (conversation_id, body, now()))
 
 
 def _update(sql: Sql, turn: Turn, body: str) -> bool:
@@ -285,12 +285,7 @@ def _update(sql: Sql, turn: Turn, body: str) -> bool:
         sql.execute(
             "update conversations set messages = ?, updated = ?, holder = null, held_until = null "
             "where id = ? and holder = ?",
-            (body, _now(), turn.conversation_id, turn.holder),
+            (body, now(), turn.conversation_id, turn.holder),
         )
         == 1
     )
-
-
-def _now() -> str:
-    """UTC now as SQLite's datetime('now') writes it, which older stores hold."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from meta_agent.errors import ConfigError
+from meta_agent.text import first_line
 
 T = TypeVar("T")
 # An arbitrary key for PostgreSQL's advisory lock that serialises migrations across replicas.
@@ -68,7 +70,16 @@ def _conversations(sql: Sql) -> None:
                 sql.execute(f"alter table conversations add column {name} {declaration}")
 
 
-MIGRATIONS: tuple[Migration, ...] = (_conversations,)
+def _runs(sql: Sql) -> None:
+    """2: the run index (meta_agent.records.run_index)."""
+    sql.execute(
+        "create table runs (id text primary key, status text not null, mode text not null, replica text not null,"
+        f" started text not null, updated text not null, alive_until {'double precision' if sql.postgres else 'real'},"
+        " result text, error text)"
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (_conversations, _runs)
 
 
 class Database:
@@ -198,6 +209,11 @@ class PostgresDatabase(Database):
             return work(Sql(cursor, postgres=True), *args)
 
 
+def now() -> str:
+    """UTC now, as the rows' time columns hold it (SQLite's datetime('now') format, which older stores hold)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+
+
 def redacted(url: str) -> str:
     """`url` without its password, to name it in errors and logs."""
     parts = urlsplit(url)
@@ -211,3 +227,19 @@ def open_database(url: str | None, path: Path) -> Database:
     """PostgreSQL at `url` (META_AGENT_DATABASE_URL), else SQLite at `path`. Nothing is connected until the first
     `run`."""
     return PostgresDatabase(url) if url else SqliteDatabase(path)
+
+
+def check(url: str) -> None:
+    """Connect to the PostgreSQL database at `url` and bring its schema up to date: what a replica does before it
+    serves, so that one that cannot use its database says so instead of starting.
+
+    Raises:
+        ConfigError: it cannot be reached, or its schema is newer than this code knows; one line naming it.
+    """
+    database = PostgresDatabase(url)
+    try:
+        database.run(lambda sql: None)
+    except database.errors as exc:
+        raise ConfigError(f"META_AGENT_DATABASE_URL: cannot use {database.label}: {first_line(str(exc))}") from None
+    finally:
+        database.close()

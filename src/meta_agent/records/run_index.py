@@ -1,0 +1,144 @@
+"""The run index: every run's status in the database, so any replica can say how a run is and give its result
+(the resource `meta-agent://runs/{run_id}`), even to a caller whose connection died with the replica that ran it.
+
+A running run's row is kept alive by its replica (`alive_until`, renewed while it runs, like a conversation's
+hold); a row still `running` whose replica stopped renewing it is `interrupted`: its replica died or was stopped
+mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+import structlog
+
+from meta_agent.errors import MetaAgentError, leaf, summary
+from meta_agent.records.database import Database, Sql, now
+from meta_agent.text import one_line
+
+log = structlog.get_logger(__name__)
+
+# A running run's row stays alive this long past its last renewal; renewed three times as often.
+ALIVE_SECONDS = 30.0
+RunStatus = Literal["running", "interrupted", "done"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunState:
+    run_id: str
+    status: RunStatus
+    mode: str
+    replica: str
+    started: str
+    result: dict[str, Any] | None  # the structured result, when done
+    error: str | None  # why a run that is done has no result: it failed or was cancelled
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "mode": self.mode,
+            "started": self.started,
+            "result": self.result,
+            "error": self.error,
+        }
+
+
+class RunIndex:
+    def __init__(self, database: Database, replica: str, *, alive_seconds: float = ALIVE_SECONDS) -> None:
+        """`replica`: this process's name in the rows it writes."""
+        self.database = database
+        self.replica = replica
+        self.alive_seconds = alive_seconds
+
+    @asynccontextmanager
+    async def running(self, run_id: str, mode: str) -> AsyncIterator[None]:
+        """The run is `running` while this is entered, its row renewed meanwhile; one that leaves by an exception
+        (a failure, a cancelled call) is `done` with that error. The index failing does not fail the run: it is
+        logged, and the run goes on."""
+        await self._write(_start, run_id, mode, self.replica, time.time() + self.alive_seconds)
+        failure: Exception | None = None
+        async with anyio.create_task_group() as renewals:
+            renewals.start_soon(self._renew, run_id)
+            try:
+                yield
+            except anyio.get_cancelled_exc_class():  # a caller that went away: cancellation goes on as it came
+                with anyio.CancelScope(shield=True):
+                    await self._write(_finish, run_id, None, "cancelled")
+                raise
+            except Exception as exc:  # raised below as it came, not wrapped in this task group's exception group
+                failure = exc
+            finally:
+                renewals.cancel_scope.cancel()
+        if failure is not None:  # (a KeyboardInterrupt goes through: the run reads `interrupted` once its mark lapses)
+            with anyio.CancelScope(shield=True):
+                await self._write(_finish, run_id, None, _why(leaf(failure)))
+            raise failure
+
+    async def finished(self, run_id: str, result: Mapping[str, Any]) -> None:
+        await self._write(_finish, run_id, json.dumps(result), None)
+
+    async def read(self, run_id: str) -> RunState | None:
+        """The run's state; None: no run has that id here."""
+        row = await anyio.to_thread.run_sync(self.database.run, _read, run_id)
+        if row is None:
+            return None
+        status, mode, replica, started, alive_until, result, error = row
+        if status == "running" and (alive_until is None or alive_until < time.time()):
+            status = "interrupted"
+        return RunState(
+            run_id=run_id,
+            status=status,
+            mode=mode,
+            replica=replica,
+            started=started,
+            result=None if result is None else json.loads(result),
+            error=error,
+        )
+
+    async def _renew(self, run_id: str) -> None:
+        while True:
+            await anyio.sleep(self.alive_seconds / 3)
+            await self._write(_alive, run_id, time.time() + self.alive_seconds)
+
+    async def _write(self, work: Any, *args: Any) -> None:
+        try:
+            await anyio.to_thread.run_sync(self.database.run, work, *args)
+        except self.database.errors as exc:
+            log.warning("run_index_not_written", error=str(exc), database=self.database.label)
+
+
+def _why(exc: BaseException) -> str:
+    """Why a run ended with `exc`, in one line: what our own errors say, the type and gist of anything else."""
+    return one_line(str(exc)) if isinstance(exc, MetaAgentError) else summary(exc)
+
+
+def _start(sql: Sql, run_id: str, mode: str, replica: str, alive_until: float) -> None:
+    at = now()
+    sql.execute(
+        "insert into runs (id, status, mode, replica, started, updated, alive_until) values (?, ?, ?, ?, ?, ?, ?)",
+        (run_id, "running", mode, replica, at, at, alive_until),
+    )
+
+
+def _alive(sql: Sql, run_id: str, alive_until: float) -> None:
+    sql.execute("update runs set alive_until = ? where id = ? and status = 'running'", (alive_until, run_id))
+
+
+def _finish(sql: Sql, run_id: str, result: str | None, error: str | None) -> None:
+    sql.execute(
+        "update runs set status = 'done', result = ?, error = ?, updated = ?, alive_until = null where id = ?",
+        (result, error, now(), run_id),
+    )
+
+
+def _read(sql: Sql, run_id: str) -> tuple[Any, ...] | None:
+    return sql.one(
+        "select status, mode, replica, started, alive_until, result, error from runs where id = ?", (run_id,)
+    )
