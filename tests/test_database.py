@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -26,7 +27,15 @@ from meta_agent.core.messages import AssistantMessage, UserMessage
 from meta_agent.errors import ConfigError
 from meta_agent.front.server import build_server
 from meta_agent.records.conversations import Conversations
-from meta_agent.records.database import MIGRATIONS, Database, PostgresDatabase, Sql, SqliteDatabase, redacted
+from meta_agent.records.database import (
+    MIGRATIONS,
+    Database,
+    PostgresDatabase,
+    Sql,
+    SqliteDatabase,
+    check,
+    redacted,
+)
 from meta_agent.records.run_index import RunIndex
 
 pytestmark = pytest.mark.anyio
@@ -111,6 +120,17 @@ def test_an_unreachable_database_names_its_url_without_the_password(pg_cluster: 
     with pytest.raises(db.errors) as failed:
         db.run(version)
     assert "no_such_database" in str(failed.value)
+
+
+def test_a_database_a_replica_cannot_reach_is_one_line_without_its_password(pg_cluster: Cluster) -> None:
+    url = pg_cluster.database("no_such_database")
+    password = urlsplit(url).password
+    assert password
+    with pytest.raises(ConfigError) as refused:
+        check(url)
+    assert str(refused.value).startswith(f"META_AGENT_DATABASE_URL: cannot use {redacted(url)}: ")
+    assert "no_such_database" in str(refused.value) and password not in str(refused.value)
+    assert "\n" not in str(refused.value)
 
 
 async def test_turns_on_postgresql_wait_for_the_one_holding_the_conversation(database_url: str) -> None:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from meta_agent.errors import ConfigError
@@ -52,10 +52,6 @@ class Sql:
         return [tuple(row) for row in self._cursor.fetchall()]
 
 
-class Migration(Protocol):
-    def __call__(self, sql: Sql) -> None: ...
-
-
 def _conversations(sql: Sql) -> None:
     """1: conversations with their holds. An SQLite store made before migrations were numbered has the table,
     maybe without the hold's columns."""
@@ -79,7 +75,7 @@ def _runs(sql: Sql) -> None:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (_conversations, _runs)
+MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs)
 
 
 class Database:
