@@ -1,6 +1,11 @@
 """Concurrency: 50 `agent` calls at once over streamable HTTP to `meta-agent serve --transport http`, each a run of 3
 model turns (two calls of the echo child, then the answer) against a model endpoint on 127.0.0.1 that answers every
-turn after 100 ms. The ideal wall time is 3 × 100 ms = 0.3 s."""
+turn after 100 ms. The ideal wall time is 3 × 100 ms = 0.3 s.
+
+Beside today's code, the same bursts go to the code of `BASELINE` (its src/ from git, on the same machine, with the
+same packages, interleaved burst by burst), so "CPU per run, halved" compares two figures of one run: absolute CPU
+times differ from machine to machine, and on a shared one from hour to hour.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,10 @@ CALLS = 50
 TURN_DELAY = 0.1
 TURNS = 3
 START_TIMEOUT = 60
+# The commit whose CPU per run issue 15 set out to halve: the code before that work.
+BASELINE = "f50f249"
+OURS, THEIRS = "meta-agent", f"meta-agent at {BASELINE} (baseline)"
+MODES = {"2025-11-25 session": "legacy", "2026-07-28 (no session)": "auto"}
 
 
 def _free_port() -> int:
@@ -36,8 +45,25 @@ def _free_port() -> int:
 
 
 @contextmanager
+def baseline_source(commit: str = BASELINE) -> Iterator[Path | None]:
+    """The src/ directory of `commit`, exported from this repository's git history into a temporary directory; None
+    where there is no git history to read it from (a copy without .git)."""
+    root = Path(__file__).parent.parent
+    with tempfile.TemporaryDirectory() as where:
+        try:
+            archive = subprocess.run(
+                ["git", "archive", commit, "src"], cwd=root, capture_output=True, check=True, timeout=60
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", where], input=archive, check=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            yield None
+            return
+        yield Path(where) / "src"
+
+
+@contextmanager
 def _serving(config: Path, port: int, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """`meta-agent serve --transport http` in its own process."""
+    """`meta-agent serve --transport http` in its own process (the code on PYTHONPATH, where `env` sets it)."""
     args = ["-m", "meta_agent", "serve", "--transport", "http", "--port", str(port), "--config", str(config)]
     server = subprocess.Popen([sys.executable, *args, "--log-level", "warning"], env=env)
     try:
@@ -81,23 +107,42 @@ async def _burst(url: str, mode: str) -> float:
     bad = [r for r in results if r.is_error or (r.structured_content or {}).get("stop_reason") != "final"]
     assert len(results) == CALLS and not bad, bad[:1]
     assert all(r.structured_content["usage"]["model_calls"] == TURNS for r in results)  # type: ignore[index]
+    assert all(r.structured_content["answer"] == "done: hello" for r in results)  # type: ignore[index]  # the tool ran
     return elapsed * 1000
 
 
 async def measure(rounds: int) -> dict[str, Any]:
-    per: dict[str, list[float]] = {"2025-11-25 session": [], "2026-07-28 (no session)": []}
-    with tempfile.TemporaryDirectory() as state, model_endpoint(TURN_DELAY, TURNS - 1) as base_url:
+    """Per server (today's code, and the baseline's where git has it) and per era, the wall time of a burst; and each
+    server's CPU per run over all its bursts."""
+    per: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
+    with (
+        tempfile.TemporaryDirectory() as state,
+        model_endpoint(TURN_DELAY, TURNS - 1) as base_url,
+        baseline_source() as baseline,
+    ):
         config, state_env = bench_config(state)
         env = {**os.environ, **model_env(base_url), **state_env}
-        port = _free_port()
-        with _serving(config, port, env) as server:
-            url = f"http://127.0.0.1:{port}"
-            await _wait_healthy(url)
-            process = psutil.Process(server.pid)
-            cpu_before = sum(process.cpu_times()[:2])
+        sources = {OURS: None} | ({THEIRS: baseline} if baseline is not None else {})
+        with ExitStack() as stack:
+            servers = {}
+            for name, source in sources.items():
+                server_env = env if source is None else {**env, "PYTHONPATH": str(source)}
+                port = _free_port()
+                servers[name] = (f"http://127.0.0.1:{port}", stack.enter_context(_serving(config, port, server_env)))
+            for url, _ in servers.values():
+                await _wait_healthy(url)
+            before = {name: _cpu(process) for name, (_, process) in servers.items()}
             for _ in range(rounds):
-                per["2025-11-25 session"].append(await _burst(url, "legacy"))
-                per["2026-07-28 (no session)"].append(await _burst(url, "auto"))
-            cpu_ms = (sum(process.cpu_times()[:2]) - cpu_before) * 1000
-    runs = rounds * len(per) * (CALLS + 1)  # each burst makes one warm-up call too
-    return {name: spread(values) for name, values in per.items()} | {"server cpu ms per run": cpu_ms / runs}
+                for era, mode in MODES.items():
+                    for name, (url, _) in servers.items():
+                        per.setdefault(f"{name}: {era}", []).append(await _burst(url, mode))
+            runs = rounds * len(MODES) * (CALLS + 1)  # each burst makes one warm-up call too
+            for name, (_, process) in servers.items():
+                cpu[name] = (_cpu(process) - before[name]) * 1000 / runs
+    return {name: spread(values) for name, values in per.items()} | {"server cpu ms per run": cpu}
+
+
+def _cpu(process: subprocess.Popen[bytes]) -> float:
+    """The process's CPU seconds so far, user and system."""
+    return sum(psutil.Process(process.pid).cpu_times()[:2])

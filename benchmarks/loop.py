@@ -7,15 +7,18 @@ A step's time is the gap between two consecutive model calls: everything the loo
 
 from __future__ import annotations
 
+import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from common import ECHO, ECHO_ENTRY, clock, echo_client, gaps_ms, spread
 
-from meta_agent import Engine, ModelRequest, ModelResponse, ScriptedProvider, ServerEntry, Settings, ToolCall
+from meta_agent import Engine, ModelRequest, ModelResponse, ScriptedProvider, ServerEntry, Settings, ToolCall, Usage
 
 STEPS = 200
+USAGE = (10, 5)  # the tokens every scripted reply reports, as a real model's reply would
 
 
 async def direct(steps: int = STEPS) -> list[float]:
@@ -34,9 +37,11 @@ async def meta_agent(steps: int = STEPS) -> list[float]:
     async def model(request: ModelRequest) -> ModelResponse:
         stamps.append(clock())
         n = len(stamps)
+        usage = Usage(input_tokens=USAGE[0], output_tokens=USAGE[1])
         if n > steps:
-            return ModelResponse(text="done")
-        return ModelResponse(tool_calls=(ToolCall(id=f"c{n}", name="echo__echo", arguments={"text": f"call {n}"}),))
+            return ModelResponse(text="done", usage=usage)
+        call = ToolCall(id=f"c{n}", name="echo__echo", arguments={"text": f"call {n}"})
+        return ModelResponse(tool_calls=(call,), usage=usage)
 
     with tempfile.TemporaryDirectory() as state:
         settings = Settings(
@@ -57,24 +62,26 @@ async def meta_agent(steps: int = STEPS) -> list[float]:
 
 
 async def pydantic_ai(steps: int = STEPS) -> list[float]:
-    import sys
-
+    """pydantic-ai's agent with its `FunctionModel`, given an `async` function that reports usage as ours does: a
+    plain `def` would run in a thread executor each step, and a reply without usage makes pydantic-ai estimate it
+    by reading the whole history each step, which measures the test double, not the loop."""
     from fastmcp.client.transports import StdioTransport
     from pydantic_ai import Agent
     from pydantic_ai.mcp import MCPToolset
     from pydantic_ai.messages import ModelMessage, TextPart, ToolCallPart
     from pydantic_ai.messages import ModelResponse as PaiResponse
     from pydantic_ai.models.function import AgentInfo, FunctionModel
-    from pydantic_ai.usage import UsageLimits
+    from pydantic_ai.usage import RequestUsage, UsageLimits
 
     stamps: list[float] = []
 
-    def model(_messages: list[ModelMessage], _info: AgentInfo) -> PaiResponse:
+    async def model(_messages: list[ModelMessage], _info: AgentInfo) -> PaiResponse:
         stamps.append(clock())
         n = len(stamps)
+        usage = RequestUsage(input_tokens=USAGE[0], output_tokens=USAGE[1])
         if n > steps:
-            return PaiResponse(parts=[TextPart("done")])
-        return PaiResponse(parts=[ToolCallPart("echo", {"text": f"call {n}"}, tool_call_id=f"c{n}")])
+            return PaiResponse(parts=[TextPart("done")], usage=usage)
+        return PaiResponse(parts=[ToolCallPart("echo", {"text": f"call {n}"}, tool_call_id=f"c{n}")], usage=usage)
 
     toolset = MCPToolset(StdioTransport(command=sys.executable, args=[str(ECHO)]))
     agent = Agent(FunctionModel(model), toolsets=[toolset])
@@ -82,10 +89,56 @@ async def pydantic_ai(steps: int = STEPS) -> list[float]:
         await toolset.direct_call_tool("echo", {"text": "warm-up"})
         result = await agent.run("echo 200 times", usage_limits=UsageLimits(request_limit=steps + 1))
     assert result.output == "done", result.output
+    assert result.usage.tool_calls == steps, result.usage
     return gaps_ms(stamps)
 
 
-SYSTEMS = {"direct SDK call": direct, "meta-agent": meta_agent, "pydantic-ai": pydantic_ai}
+async def openai_agents(steps: int = STEPS) -> list[float]:
+    """The OpenAI Agents SDK's runner with a scripted `Model` (replies with usage, in the Responses format it
+    reads) and its `MCPServerStdio` with the tool list cached, as ours is. Its tracing, which would export to
+    OpenAI's servers, is switched off: nothing here can reach them."""
+    from agents import Agent, Model, ModelResponse, Runner, Usage, set_tracing_disabled
+    from agents.mcp import MCPServerStdio
+    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+    set_tracing_disabled(True)
+    stamps: list[float] = []
+
+    class Scripted(Model):
+        async def get_response(self, *_args: Any, **_kwargs: Any) -> ModelResponse:
+            stamps.append(clock())
+            n = len(stamps)
+            usage = Usage(requests=1, input_tokens=USAGE[0], output_tokens=USAGE[1], total_tokens=sum(USAGE))
+            if n > steps:
+                text = ResponseOutputText(type="output_text", text="done", annotations=[])
+                done = ResponseOutputMessage(
+                    id=f"m{n}", type="message", role="assistant", status="completed", content=[text]
+                )
+                return ModelResponse(output=[done], usage=usage, response_id=None)
+            arguments = json.dumps({"text": f"call {n}"})
+            call = ResponseFunctionToolCall(
+                type="function_call", id=f"f{n}", call_id=f"c{n}", name="echo", arguments=arguments
+            )
+            return ModelResponse(output=[call], usage=usage, response_id=None)
+
+        def stream_response(self, *_args: Any, **_kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    params = {"command": sys.executable, "args": [str(ECHO)]}
+    async with MCPServerStdio(params, cache_tools_list=True, client_session_timeout_seconds=60) as server:
+        await server.call_tool("echo", {"text": "warm-up"})
+        agent = Agent(name="bench", model=Scripted(), mcp_servers=[server])
+        result = await Runner.run(agent, "echo 200 times", max_turns=steps + 1)
+    assert result.final_output == "done", result.final_output
+    return gaps_ms(stamps)
+
+
+SYSTEMS = {
+    "direct SDK call": direct,
+    "meta-agent": meta_agent,
+    "pydantic-ai": pydantic_ai,
+    "OpenAI Agents SDK": openai_agents,
+}
 
 
 async def measure(rounds: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """An OpenAI-compatible model endpoint on 127.0.0.1 for benchmarks: each answer comes after `--delay` seconds; a
 conversation with fewer than `--tool-turns` tool results gets a call of the first tool offered (echoing "hello"),
-then a final answer.
+then a final answer that quotes the last tool result ("done: hello"), so a caller can check the tool really ran.
 
     python model_server.py --port 0 --delay 0.1 --tool-turns 2     (prints "PORT <n>" once it listens)
 """
@@ -29,7 +29,8 @@ def answer(body: dict, tool_turns: int) -> dict:
         call = {"id": f"call_{done}", "type": "function", "function": {"name": name, "arguments": '{"text": "hello"}'}}
         message["tool_calls"] = [call]
     else:
-        message["content"] = "done"
+        results = [m for m in messages if m["role"] == "tool"]
+        message["content"] = f"done: {_text(results[-1]['content'])}" if results else "done"
     return {
         "id": "chatcmpl-bench",
         "object": "chat.completion",
@@ -40,6 +41,13 @@ def answer(body: dict, tool_turns: int) -> dict:
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
+
+
+def _text(content: str | list[dict]) -> str:
+    """A tool message's text: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content)
 
 
 def main() -> None:

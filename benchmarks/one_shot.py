@@ -1,6 +1,11 @@
 """One-shot: `meta-agent run` of a one-tool task end to end (a new process, its child, two turns of a model endpoint
 on 127.0.0.1 that answers at once, the answer on stdout) against a bare SDK client script that starts the same child
-and makes the same call, interleaved round by round."""
+and makes the same call, and against the same task run by the OpenAI Agents SDK and by pydantic-ai (each its own
+script, the same child and model endpoint), interleaved round by round.
+
+Every command must show that the tool ran: the bare script prints the tool's answer ("hello"); the agents print the
+model's final answer, which quotes the tool result it was sent ("done: hello"), so a run whose tool call failed or
+never happened does not count."""
 
 from __future__ import annotations
 
@@ -44,24 +49,36 @@ def model_endpoint(delay: float = 0.0, tool_turns: int = 1) -> Iterator[str]:
         process.wait(timeout=10)
 
 
-def _timed(args: list[str], env: dict[str, str]) -> float:
+def _timed(args: list[str], env: dict[str, str], answer: str) -> float:
     started = clock()
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(args, cwd=HERE, env=env, capture_output=True, text=True, timeout=120, check=False)
     elapsed = clock() - started
-    assert done.returncode == 0 and done.stdout.strip().endswith(("hello", "done")), (done.stdout, done.stderr[-2000:])
+    last = done.stdout.strip().splitlines()[-1:] or [""]
+    assert done.returncode == 0 and last[0].strip() == answer, (args, done.stdout[-500:], done.stderr[-2000:])
     return elapsed * 1000
 
 
+BARE = "bare SDK client script"
+
+
 def measure(rounds: int) -> dict[str, Any]:
-    per: dict[str, list[float]] = {"bare SDK client script": [], "meta-agent run": []}
     with tempfile.TemporaryDirectory() as state, model_endpoint() as base_url:
         config, state_env = bench_config(state)
         env = {**os.environ, **model_env(base_url), **state_env}
         run = [sys.executable, "-m", "meta_agent", "run", "Echo hello.", "--config", str(config), "--tools", "echo.*"]
-        bare = [sys.executable, "-c", BARE_CLIENT]
-        ratios = []
+        commands = {
+            BARE: ([sys.executable, "-c", BARE_CLIENT], "hello"),
+            "meta-agent run": (run, "done: hello"),
+            "OpenAI Agents SDK script": ([sys.executable, str(HERE / "one_shot_agents_sdk.py")], "done: hello"),
+            "pydantic-ai script": ([sys.executable, str(HERE / "one_shot_pydantic_ai.py")], "done: hello"),
+        }
+        per: dict[str, list[float]] = {name: [] for name in commands}
+        ratios: dict[str, list[float]] = {name: [] for name in commands if name != BARE}
         for _ in range(rounds):
-            per["bare SDK client script"].append(_timed(bare, env))
-            per["meta-agent run"].append(_timed(run, env))
-            ratios.append(per["meta-agent run"][-1] / per["bare SDK client script"][-1])
-    return {name: spread(values) for name, values in per.items()} | {"ratio per round": spread(ratios)}
+            for name, (args, answer) in commands.items():
+                per[name].append(_timed(args, env, answer))
+            for name, values in ratios.items():
+                values.append(per[name][-1] / per[BARE][-1])
+    return {name: spread(values) for name, values in per.items()} | {
+        "ratio to the bare script, per round": {name: spread(values) for name, values in ratios.items()}
+    }

@@ -296,6 +296,59 @@ def test_help_and_bad_input_load_no_sdk(tmp_path: Path, args: list[str], code: i
     assert result.stderr.splitlines()[-1] == str(code), result.stderr
 
 
+RICH_PROBE = """
+import sys
+import meta_agent.cli.main
+import structlog.dev
+before = "rich" in sys.modules
+import rich
+print(before, structlog.dev.rich, rich.MARK)
+"""
+
+
+def test_the_command_line_imports_structlog_without_rich(tmp_path: Path) -> None:
+    """structlog imports rich where it is installed (a tenth of a second of every start); the command line hides it
+    from that import only. A stand-in `rich` on the path shows whether structlog took it, and that a later import
+    still finds it."""
+    (tmp_path / "rich").mkdir()
+    (tmp_path / "rich" / "__init__.py").write_text("MARK = 'stand-in rich'\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", RICH_PROBE], capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "None", "stand-in", "rich"]
+
+
+ATEXIT_PROBE = """
+import atexit, sys
+from meta_agent.cli.main import entry
+atexit.register(lambda: print("atexit ran"))  # unflushed: exit_now must flush it
+sys.argv = ["meta-agent", *sys.argv[1:]]
+entry()
+"""
+
+
+def test_the_console_script_runs_atexit_callbacks_and_flushes_before_it_exits(tmp_path: Path) -> None:
+    """`entry` skips the interpreter's teardown, not what exit does first: a large answer written to a pipe arrives
+    whole, then what an atexit callback printed, and the exit code is the command's."""
+    config = write_config(tmp_path, {f"s{i}": {"command": "x", "disabled": True} for i in range(300)})
+    command = [sys.executable, "-c", ATEXIT_PROBE, "tools", "--json", "--config", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    answer, _, after = result.stdout.rpartition("}")
+    assert len(json.loads(answer + "}")["servers"]) == 300
+    assert after.strip() == "atexit ran"
+    failing = subprocess.run(
+        [sys.executable, "-c", ATEXIT_PROBE, "run", "x", "--config", str(tmp_path / "missing.json")],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+    )
+    assert (failing.returncode, failing.stdout.strip()) == (2, "atexit ran"), failing.stderr
+
+
 def test_a_second_signal_does_not_cut_the_shutdown_short(tmp_path: Path, marker: str) -> None:
     config = write_config(tmp_path, {"ready": fault(marker), "stubborn": fault(marker, "--stubborn")})
     proc = subprocess.Popen(

@@ -72,18 +72,23 @@ def anthropic_env(llm: FakeLLM) -> dict[str, str]:
     return {"ANTHROPIC_BASE_URL": llm.url, "ANTHROPIC_API_KEY": "sk-ant-test"}
 
 
-async def ask_once(spec: str, environ: dict[str, str]) -> ModelResponse:
+# Both HTTP transports of the vendor SDKs: httpx2 (their default, `meta-agent run`) and aiohttp (`meta-agent serve`).
+TRANSPORTS = pytest.mark.parametrize("aiohttp", [False, True], ids=["httpx2", "aiohttp"])
+
+
+async def ask_once(spec: str, environ: dict[str, str], *, aiohttp: bool = False) -> ModelResponse:
     """One question through a provider made for it, closed afterwards."""
-    provider = make_provider(spec, environ)
+    provider = make_provider(spec, environ, aiohttp=aiohttp)
     try:
         return await provider.complete(ModelRequest(system="s", messages=(UserMessage.of("q"),)))
     finally:
         await provider.aclose()
 
 
-async def test_openai_tool_calls_usage_and_request_shape(llm: FakeLLM) -> None:
+@TRANSPORTS
+async def test_openai_tool_calls_usage_and_request_shape(llm: FakeLLM, aiohttp: bool) -> None:
     llm.reply(openai_reply("calling", ("c1", "f__echo", {"text": "hi"}), ("c2", "f__echo", "{broken"), usage=(30, 4)))
-    provider = make_provider("openai:gpt-5.5", openai_env(llm))
+    provider = make_provider("openai:gpt-5.5", openai_env(llm), aiohttp=aiohttp)
     try:
         response = await provider.complete(ModelRequest(system="be brief", messages=TRANSCRIPT, tools=(ECHO,)))
     finally:
@@ -145,13 +150,14 @@ async def test_openai_plain_answer_with_reasoning(llm: FakeLLM) -> None:
         ),
     ],
 )
+@TRANSPORTS
 async def test_openai_errors_are_typed_one_liners(
-    llm: FakeLLM, replies: list, error: type, message: str, attempts: int
+    llm: FakeLLM, replies: list, error: type, message: str, attempts: int, aiohttp: bool
 ) -> None:
     for status, text in replies:
         llm.reply(error_body(text), status, **FAST_RETRY)
     with pytest.raises(error) as caught:
-        await ask_once("openai:gpt-5.5", openai_env(llm))
+        await ask_once("openai:gpt-5.5", openai_env(llm), aiohttp=aiohttp)
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
     assert len(llm.requests) == attempts  # the SDK retried what is transient, and only that
@@ -165,13 +171,15 @@ async def test_a_transient_failure_is_retried_by_the_sdk(llm: FakeLLM) -> None:
     assert len(llm.requests) == 2
 
 
-async def test_an_unreachable_endpoint() -> None:
+@TRANSPORTS
+async def test_an_unreachable_endpoint(aiohttp: bool) -> None:
     env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{free_port()}/v1", "OPENAI_API_KEY": "k"}
     with pytest.raises(ProviderUnavailable, match=r"openai:m: cannot connect to http://127\.0\.0\.1:\d+/v1"):
-        await ask_once("openai:m", env)
+        await ask_once("openai:m", env, aiohttp=aiohttp)
 
 
-async def test_anthropic_tool_use_thinking_and_request_shape(llm: FakeLLM) -> None:
+@TRANSPORTS
+async def test_anthropic_tool_use_thinking_and_request_shape(llm: FakeLLM, aiohttp: bool) -> None:
     llm.reply(
         anthropic_reply(
             {"type": "thinking", "thinking": "let me see", "signature": "sig-2"},
@@ -180,7 +188,7 @@ async def test_anthropic_tool_use_thinking_and_request_shape(llm: FakeLLM) -> No
             usage=(50, 11),
         )
     )
-    provider = make_provider("anthropic:claude-sonnet-5-5", anthropic_env(llm))
+    provider = make_provider("anthropic:claude-sonnet-5-5", anthropic_env(llm), aiohttp=aiohttp)
     try:
         response = await provider.complete(ModelRequest(system="be brief", messages=TRANSCRIPT, tools=(ECHO,)))
     finally:

@@ -1,7 +1,5 @@
 """`python -m meta_agent`."""
 
-import sys
+from meta_agent.cli.main import entry
 
-from meta_agent.cli.main import main
-
-sys.exit(main())
+entry()

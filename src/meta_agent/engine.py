@@ -70,6 +70,7 @@ class Engine:
         provider: Provider | None = None,
         config_file: Path | None = None,
         redact: Redactor | None = None,
+        serving: bool = False,
     ) -> None:
         """`environ` (the process's own unless given) holds the providers' API keys and endpoints, which traces
         redact. `trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes, and while
@@ -77,7 +78,8 @@ class Engine:
         where given, is the model of every run instead of the one the settings name (benchmarks, embedding).
         `config_file`, where given, is the servers.json that `servers` came from, followed while the engine runs.
         `redact` hides secrets in traces (one is made from `environ`, `servers` and the HTTP token if not given); a
-        reload teaches it the secrets of the servers it adds.
+        reload teaches it the secrets of the servers it adds. `serving`: the engine of a server, which may run many
+        calls at once: its models send requests through the vendor SDKs' aiohttp transport (`vendor_http_client`).
 
         Raises:
             ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
@@ -95,6 +97,7 @@ class Engine:
         self._toolbox: Toolbox | None = None
         self._providers: dict[str, Provider] = {}  # the models made, by their spec ("": the one found by looking)
         self._given_provider = provider
+        self._serving = serving
         self._provider_lock = anyio.Lock()
         self.trace_dir = settings.trace_dir or default_trace_dir()
         self.database = open_database(settings.database_url, settings.conversations_db or default_conversations_path())
@@ -457,6 +460,7 @@ class Engine:
                     self.environ,
                     timeout=self.settings.model_timeout,
                     openai_api=self.settings.openai_api,
+                    aiohttp=self._serving,
                 )
         return self._providers[spec]
 

@@ -166,6 +166,7 @@ def build_server(
         start_timeout=start_timeout,
         config_file=config_file,
         redact=redact,
+        serving=True,
     )
     server = MetaAgentServer(open_engine)
     _add_run_tools(server)

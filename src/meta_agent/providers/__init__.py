@@ -14,6 +14,7 @@ a chain that cannot be made here is `Unusable`, so the chain goes on past it.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, Literal
@@ -93,9 +94,11 @@ def make_provider(
     sampling: Provider | None = None,
     timeout: float | None = None,
     openai_api: OpenAIApi | None = None,
+    aiohttp: bool = False,
 ) -> Provider:
     """The provider `spec` names; `openai_api` forces the wire format of `openai:` (None: the Responses API against
-    OpenAI itself, Chat Completions elsewhere); the ollama: and gemini: presets speak Chat Completions.
+    OpenAI itself, Chat Completions elsewhere); the ollama: and gemini: presets speak Chat Completions. `aiohttp`:
+    the vendor SDK sends its requests through its aiohttp transport instead of httpx2 (see `vendor_http_client`).
 
     Raises:
         ModelNotConfigured: an unknown provider, a missing API key, or `sampling` where the caller cannot sample.
@@ -116,6 +119,7 @@ def make_provider(
             api_key=environ.get("ANTHROPIC_API_KEY"),
             base_url=environ.get("ANTHROPIC_BASE_URL") or None,
             timeout=timeout,
+            aiohttp=aiohttp,
         )
     from meta_agent.providers.openai import OpenAIProvider
     from meta_agent.providers.openai_responses import OpenAIResponsesProvider
@@ -126,13 +130,31 @@ def make_provider(
     make = OpenAIResponsesProvider if api == "responses" else OpenAIProvider
     if provider == "ollama":
         host = environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
-        return make(model, label="ollama", base_url=f"{_with_scheme(host)}/v1", api_key="ollama", timeout=timeout)
+        base_url = f"{_with_scheme(host)}/v1"
+        return make(model, label="ollama", base_url=base_url, api_key="ollama", timeout=timeout, aiohttp=aiohttp)
     if provider == "gemini":
         key = environ.get("GEMINI_API_KEY")
         if not key:
             raise ModelNotConfigured(f"META_AGENT_MODEL={spec}: set GEMINI_API_KEY")
-        return make(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key, timeout=timeout)
-    return make(model, base_url=base_url, api_key=environ.get("OPENAI_API_KEY") or None, timeout=timeout)
+        return make(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key, timeout=timeout, aiohttp=aiohttp)
+    key = environ.get("OPENAI_API_KEY") or None
+    return make(model, base_url=base_url, api_key=key, timeout=timeout, aiohttp=aiohttp)
+
+
+def vendor_http_client(sdk: Any, aiohttp: bool) -> Any:
+    """The `http_client` of an openai or anthropic SDK client: its aiohttp transport where `aiohttp` is asked for,
+    else the SDK's own default (httpx2). `meta-agent serve` asks for it: under tens of concurrent runs, httpx2's
+    connection pool looks at every pooled connection (a system call each) to place each request, and a request
+    costs twice the CPU it costs through aiohttp (benchmarks/RESULTS.md, Concurrency). A one-shot `meta-agent run`
+    does not: aiohttp takes a quarter of a second to import, more than it saves on a few requests.
+
+    aiohttp warns of every request body over 1 MiB given as bytes (a long transcript), that it "might lock the event
+    loop": the SDK's transport hands it bytes, and writing them is one buffered socket write. That warning is
+    silenced, and no other."""
+    if not aiohttp:
+        return None
+    warnings.filterwarnings("ignore", message="Sending a large body directly with raw bytes", category=ResourceWarning)
+    return sdk.DefaultAioHttpClient()
 
 
 class Unusable:
@@ -209,6 +231,17 @@ def _with_scheme(host: str) -> str:
     return host if "://" in host else f"http://{host}"
 
 
+def _refusal(exc: BaseException) -> OSError | None:
+    """The error of the operating system under an SDK's connection error (a refused connection), if there is one.
+    The SDKs' aiohttp transport reports a refused connection as a connect timeout, with the refusal as its cause."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+            return cause
+        cause = cause.__cause__
+    return None
+
+
 def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str, base_url: str) -> ProviderError:
     """Map an exception of the openai or anthropic SDK (same generated exception tree) to one typed, one-line error
     that ends with the server's own message, whole (joined into one line; cut only past DETAIL_SHOWN characters).
@@ -224,9 +257,11 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
         )
     if isinstance(exc, sdk.RateLimitError):  # type: ignore[attr-defined]
         return ProviderRateLimited(f"{name}: rate limited (HTTP 429) after retries: {detail}", brief="HTTP 429")
-    if isinstance(exc, sdk.APITimeoutError):  # type: ignore[attr-defined]
+    refused = _refusal(exc)
+    if isinstance(exc, sdk.APITimeoutError) and refused is None:  # type: ignore[attr-defined]
         return ProviderUnavailable(f"{name}: no answer from {base_url} in time (after retries)", brief="timed out")
     if isinstance(exc, sdk.APIConnectionError):  # type: ignore[attr-defined]
+        detail = detail if refused is None else one_line(str(refused), DETAIL_SHOWN)
         return ProviderUnavailable(
             f"{name}: cannot connect to {base_url} (after retries): {detail}", brief="cannot connect"
         )

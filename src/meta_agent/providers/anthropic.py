@@ -32,6 +32,7 @@ from meta_agent.providers import (
     field,
     provider_error,
     token_count,
+    vendor_http_client,
 )
 
 # What this wire format's thinking parts say they came from: only those (and those of transcripts saved before origins
@@ -43,14 +44,24 @@ NO_ANSWER = "(no answer)"
 
 class AnthropicProvider:
     def __init__(
-        self, model: str, *, api_key: str | None, base_url: str | None = None, timeout: float | None = None
+        self,
+        model: str,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        timeout: float | None = None,
+        aiohttp: bool = False,
     ) -> None:
+        """`aiohttp`: send requests through the SDK's aiohttp transport (`vendor_http_client`)."""
         if not api_key:
             raise ModelNotConfigured(f"anthropic:{model}: set ANTHROPIC_API_KEY")
         self._name = f"anthropic:{model}"
         self._model = model
         per_attempt = anthropic.NOT_GIVEN if timeout is None else timeout  # None keeps the SDK's own
-        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=per_attempt)
+        http_client = vendor_http_client(anthropic, aiohttp)
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, timeout=per_attempt, http_client=http_client
+        )
 
     @property
     def name(self) -> str:

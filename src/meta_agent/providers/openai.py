@@ -36,6 +36,7 @@ from meta_agent.providers import (
     malformed,
     provider_error,
     token_count,
+    vendor_http_client,
 )
 
 
@@ -50,7 +51,9 @@ class OpenAIProvider:
         base_url: str | None = None,
         api_key: str | None = None,
         timeout: float | None = None,
+        aiohttp: bool = False,
     ) -> None:
+        """`aiohttp`: send requests through the SDK's aiohttp transport (`vendor_http_client`)."""
         if not api_key:
             if base_url is None:
                 raise ModelNotConfigured(f"{label}:{model}: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)")
@@ -59,7 +62,10 @@ class OpenAIProvider:
         self._model = model
         # per attempt; None keeps the SDK's own 600 s
         per_attempt = openai.NOT_GIVEN if timeout is None else timeout
-        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=per_attempt)
+        http_client = vendor_http_client(openai, aiohttp)
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, timeout=per_attempt, http_client=http_client
+        )
         self._key_variable = {"gemini": "GEMINI_API_KEY", "ollama": "OLLAMA_HOST"}.get(label, "OPENAI_API_KEY")
 
     @property

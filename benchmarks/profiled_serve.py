@@ -1,0 +1,21 @@
+"""`meta-agent ARGS...` with cProfile switched on by SIGUSR1 and off by SIGUSR2, which writes the profile to the file
+META_AGENT_BENCH_PROFILE names: a profile of the bursts alone, not of the start (benchmarks/profile_run.py)."""
+
+import cProfile
+import os
+import signal
+import sys
+
+from meta_agent.cli.main import main
+
+if __name__ == "__main__":
+    profile = cProfile.Profile()
+
+    def stop(*_: object) -> None:
+        profile.disable()
+        profile.dump_stats(os.environ["META_AGENT_BENCH_PROFILE"])
+
+    signal.signal(signal.SIGUSR1, lambda *_: profile.enable())
+    signal.signal(signal.SIGUSR2, stop)
+    sys.argv = ["meta-agent", *sys.argv[1:]]
+    sys.exit(main())
