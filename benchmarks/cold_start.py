@@ -61,6 +61,19 @@ async def fastmcp(children: int) -> dict[str, float]:
     return {"first answer": first}
 
 
+# What `meta-agent serve` imports before it can answer, next to what a bare MCPServer imports: the part of the
+# first-answer gap that is importing.
+SERVE_IMPORTS = "import meta_agent.cli.main, meta_agent.cli.serving, meta_agent.front.server, meta_agent.front.stdio"
+BARE_IMPORTS = "from mcp.server import MCPServer"
+
+
+async def _imports(code: str) -> float:
+    """Seconds a new interpreter takes to run `code`, timed inside it: its own start and exit are not counted."""
+    timed = f"import time\nstarted = time.perf_counter()\n{code}\nprint(time.perf_counter() - started)"
+    done = await anyio.run_process([sys.executable, "-c", timed])
+    return float(done.stdout.decode().split()[-1])
+
+
 async def measure(rounds: int) -> dict[str, Any]:
     per: dict[str, list[float]] = {}
 
@@ -81,6 +94,8 @@ async def measure(rounds: int) -> dict[str, Any]:
             first = ours["first answer"] / yardstick["first answer"]
             ratios.setdefault(f"meta-agent, {n} children", []).append(first)
             listed.setdefault(f"{n} children", []).append(ours["all children ready"] / theirs)
+        add("imports of meta-agent serve", {"seconds": await _imports(SERVE_IMPORTS)})
+        add("imports of a bare MCPServer", {"seconds": await _imports(BARE_IMPORTS)})
     figures: dict[str, Any] = {name: spread(values) for name, values in per.items()}
     return figures | {
         "first answer / bare, per round": {name: spread(v) for name, v in ratios.items()},

@@ -100,25 +100,23 @@ END_KINDS = frozenset({"run_finished", "run_failed"})  # the last record of a ru
 # tail, never the run's result.
 FLUSH_TIMEOUT = 10.0
 _CLOSE = object()  # handed to the writer thread after a run's last record
-# The longest a run's event waits before it goes to the writer thread (with the others of its batch).
-HANDOFF_DELAY = 0.05
 
 
 class TraceWriter:
     """The trace sink of one run: `<dir>/<run_id>.jsonl`, one JSON object per event, secrets redacted.
 
     An event costs the run a list append: encoding, redaction and disk I/O happen on the process's one writer thread,
-    in the order the events came. The events of a run go to that thread in batches, at most `HANDOFF_DELAY` after
-    they came and at once when the run ends: each hand-off wakes the thread, which then takes the interpreter's lock
-    from the event loop, so a few hand-offs a run cost less than one an event. `aclose` waits (without blocking the
-    event loop, nor a thread) until the trace is on disk. A trace that cannot be written is a warning, once; the run
-    goes on."""
+    in the order the events came. The events a run emits in one turn of the event loop go to that thread together,
+    on the loop's next turn: each hand-off wakes the thread, which then takes the interpreter's lock from the event
+    loop, so fewer hand-offs cost less, while the thread still writes a run's records as it goes (a run that waited
+    to hand them all over at its end would wait for their writing). `aclose` waits (without blocking the event loop,
+    nor a thread) until the trace is on disk. A trace that cannot be written is a warning, once; the run goes on."""
 
     def __init__(self, directory: Path, redact: Redactor) -> None:
         self._trace = _TraceFile(directory, redact)
         self._ended = False
         self._batch: list[tuple[float, Any]] = []
-        self._handoff: asyncio.TimerHandle | None = None
+        self._handoff: asyncio.Handle | None = None
 
     @property
     def path(self) -> Path | None:
@@ -131,7 +129,7 @@ class TraceWriter:
         if event.kind in END_KINDS:
             self._end()
         elif self._handoff is None:
-            self._handoff = asyncio.get_running_loop().call_later(HANDOFF_DELAY, self._hand_off)
+            self._handoff = asyncio.get_running_loop().call_soon(self._hand_off)
 
     def _hand_off(self) -> None:
         self._handoff = None
