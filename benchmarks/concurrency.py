@@ -62,10 +62,13 @@ def baseline_source(commit: str = BASELINE) -> Iterator[Path | None]:
 
 
 @contextmanager
-def _serving(config: Path, port: int, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """`meta-agent serve --transport http` in its own process (the code on PYTHONPATH, where `env` sets it)."""
-    args = ["-m", "meta_agent", "serve", "--transport", "http", "--port", str(port), "--config", str(config)]
-    server = subprocess.Popen([sys.executable, *args, "--log-level", "warning"], env=env)
+def _serving(
+    config: Path, port: int, env: dict[str, str], launcher: tuple[str, ...] = ("-m", "meta_agent")
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`meta-agent serve --transport http` in its own process (the code on PYTHONPATH, where `env` sets it), started
+    by `launcher`, what follows the interpreter on the command line before the command's arguments."""
+    args = ["serve", "--transport", "http", "--port", str(port), "--config", str(config), "--log-level", "warning"]
+    server = subprocess.Popen([sys.executable, *launcher, *args], env=env)
     try:
         yield server
     finally:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 import pstats
 import signal
-import subprocess
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -20,7 +18,7 @@ from typing import Any
 
 import anyio
 from common import HERE, bench_config, model_env
-from concurrency import MODES, TURN_DELAY, TURNS, _burst, _free_port, _wait_healthy
+from concurrency import MODES, TURN_DELAY, TURNS, _burst, _free_port, _serving, _wait_healthy
 from one_shot import model_endpoint
 
 BURSTS = 2  # of each era
@@ -61,10 +59,8 @@ async def measure() -> dict[str, Any]:
         env = {**os.environ, **model_env(base_url), **state_env}
         stats = Path(state) / "serve.prof"
         port = _free_port()
-        serve = ["-m", "meta_agent", "serve", "--transport", "http", "--port", str(port), "--config", str(config)]
-        command = [sys.executable, str(HERE / "profiled_serve.py"), *serve[2:], "--log-level", "warning"]
-        server = _start(command, {**env, "META_AGENT_BENCH_PROFILE": str(stats)})
-        try:
+        profiled = {**env, "META_AGENT_BENCH_PROFILE": str(stats)}
+        with _serving(config, port, profiled, launcher=(str(HERE / "profiled_serve.py"),)) as server:
             url = f"http://127.0.0.1:{port}"
             await _wait_healthy(url)
             await _burst(url, "auto")  # warm: the model client, its connections and every import of a run
@@ -76,14 +72,7 @@ async def measure() -> dict[str, Any]:
             with anyio.fail_after(60):
                 while not stats.exists():  # a benchmark may poll: it measures, it does not synchronise a test
                     await anyio.sleep(0.05)
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=60)
         return summary(pstats.Stats(str(stats)))
-
-
-def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(command, env=env)
 
 
 def summary(stats: pstats.Stats) -> dict[str, Any]:

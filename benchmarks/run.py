@@ -117,9 +117,8 @@ def _concurrency_why(profile: dict[str, Any] | None) -> str:
         + top
         + f"; meta-agent's own functions {shares.get('meta-agent', 0):.0%} together. Changed since the baseline:"
         " `serve` sends model requests through the vendor SDK's aiohttp transport (httpx2's connection pool looks at"
-        " every pooled connection, a system call each, to place a request, so under 50 concurrent requests one cost"
-        " about twice the CPU), and a run's trace goes to its writer thread in batches, waited for without a thread."
-        " The wall time follows the CPU: one process runs its runs on one core."
+        " every pooled connection, a system call each, to place a request), and a run's trace goes to its writer"
+        " thread in batches, waited for without a thread. The wall time follows the CPU: one process runs its runs on one core."
     )
 
 

@@ -144,9 +144,10 @@ def make_provider(
 def vendor_http_client(sdk: Any, aiohttp: bool) -> Any:
     """The `http_client` of an openai or anthropic SDK client: its aiohttp transport where `aiohttp` is asked for,
     else the SDK's own default (httpx2). `meta-agent serve` asks for it: under tens of concurrent runs, httpx2's
-    connection pool looks at every pooled connection (a system call each) to place each request, and a request
-    costs twice the CPU it costs through aiohttp (benchmarks/RESULTS.md, Concurrency). A one-shot `meta-agent run`
-    does not: aiohttp takes a quarter of a second to import, more than it saves on a few requests.
+    connection pool looks at every pooled connection (a system call each) to place each request; measured when this
+    was chosen, 50 requests at once to an endpoint on 127.0.0.1 cost 2.1 ms of CPU each through httpx2 and 1.0 ms
+    through aiohttp (the CPU of a whole run against the code before: benchmarks/RESULTS.md, Concurrency). A one-shot
+    `meta-agent run` does not: aiohttp takes a quarter of a second to import, more than it saves on a few requests.
 
     aiohttp warns of every request body over 1 MiB given as bytes (a long transcript), that it "might lock the event
     loop": the SDK's transport hands it bytes, and writing them is one buffered socket write. That warning is
