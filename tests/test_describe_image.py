@@ -4,13 +4,10 @@ openai SDK, images served over real HTTP on 127.0.0.1, and an image a real child
 from __future__ import annotations
 
 import base64
-import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, Seen, error_body, openai_reply
 from fault_server import TINY_PNG
@@ -19,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
+from threaded_web import ThreadedWeb
 
 from meta_agent.children.pool import ChildPool
 from meta_agent.config import Settings, load_settings
@@ -82,22 +80,15 @@ class ImageHost:
             Route("/hang.png", hang),
             Route("/redirect/{hops}", redirect),
         ]
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(Starlette(routes=routes), log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._web = ThreadedWeb(Starlette(routes=routes))
+        self.url = self._web.url
 
     def __enter__(self) -> ImageHost:
-        self._thread.start()
+        self._web.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._sock.close()
+        self._web.__exit__()
 
 
 @pytest.fixture(scope="module")
