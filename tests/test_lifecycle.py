@@ -208,6 +208,77 @@ async def test_serve_ends_every_family_when_stdin_closes(tmp_path: Path, marker:
         assert processes_with(marker) == []
 
 
+# `serve` with the bound on holding its children lifted: they start only once released.
+UNBOUNDED_HOLD = "import sys, meta_agent.children.pool as pool; pool.HOLD_AT_MOST = 600.0; sys.argv[0] = 'meta-agent'; "
+UNBOUNDED_HOLD += "from meta_agent.cli.main import entry; entry()"
+
+
+async def test_serve_starts_its_children_once_the_host_has_its_first_answer(
+    tmp_path: Path, marker: str, llm: FakeLLM
+) -> None:
+    """On stdio the children start after the answer to the host's first request beyond its handshake (tools/list
+    here) has been written, so that their processes starting do not compete with that answer for the CPU."""
+    config = write_config(tmp_path, families(marker, "shell"))
+    command = [sys.executable, "-c", UNBOUNDED_HOLD, "serve", "--config", str(config)]
+    environ = openai_env(llm, model=MODEL, base=os.environ)
+    with (tmp_path / "stderr.log").open("w") as errors:
+        process = await anyio.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=environ
+        )
+    async with process:
+        host = Host(process, tmp_path / "stderr.log")
+        await host.handshake()
+        ping = await host.send("ping", {})
+        await host.receive_until("the ping's answer", lambda m: m.get("id") == ping)
+        assert processes_with(marker) == []  # the handshake and a ping are not a first answer
+        listed = await host.send("tools/list", {})
+        answer = await host.receive_until("the tools list", lambda m: m.get("id") == listed)
+        assert {tool["name"] for tool in answer["result"]["tools"]} >= {"ask", "plan", "agent"}
+        await until("the family to start", lambda: len(processes_with(marker)) == 2)
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        assert await host.exit_code() == 0
+    await all_gone(marker)
+
+
+async def test_serve_starts_its_children_within_a_second_if_the_host_asks_nothing(
+    tmp_path: Path, marker: str, llm: FakeLLM
+) -> None:
+    """A host that does its handshake and then asks nothing still finds the children started (the hold is bounded)."""
+    async with serving(tmp_path, families(marker, "shell"), openai_env(llm, model=MODEL, base=os.environ)) as host:
+        await until("the family to start", lambda: len(processes_with(marker)) == 2)
+        assert host.process.stdin is not None
+        await host.process.stdin.aclose()
+        assert await host.exit_code() == 0
+    await all_gone(marker)
+
+
+@pytest.mark.parametrize("fd", [0, 1])
+def test_serve_started_with_stdin_or_stdout_closed_says_so(tmp_path: Path, fd: int) -> None:
+    """Nobody can talk to it: it says so in one line and exits 0."""
+    closing = f'exec "$@" {fd}{"<" if fd == 0 else ">"}&-'
+    command = ["sh", "-c", closing, "sh", *META_AGENT, "serve", "--config", str(write_config(tmp_path, {}))]
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert json.loads(line)["detail"] == f"fd {fd} was closed at start; nothing to serve"
+
+
+async def test_serve_started_with_stderr_closed_serves(tmp_path: Path) -> None:
+    """Its log goes nowhere; the host is served."""
+    command = ["sh", "-c", 'exec "$@" 2>&-', "sh", *META_AGENT, "serve", "--config", str(write_config(tmp_path, {}))]
+    process = await anyio.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
+    async with process:
+        host = Host(process, tmp_path / "no.log")
+        await host.handshake()
+        listed = await host.send("tools/list", {})
+        answer = await host.receive_until("the tools list", lambda m: m.get("id") == listed)
+        assert {tool["name"] for tool in answer["result"]["tools"]} >= {"ask", "plan", "agent"}
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        assert await host.exit_code() == 0
+
+
 async def test_a_second_signal_says_which_children_are_still_stopping(
     tmp_path: Path, marker: str, llm: FakeLLM
 ) -> None:

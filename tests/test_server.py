@@ -23,6 +23,7 @@ from mcp import Client
 from structlog.testing import capture_logs
 from test_cli import processes_with
 
+from meta_agent.children import pool
 from meta_agent.config import ServerEntry, Settings, ToolFilter
 from meta_agent.core.messages import ModelResponse
 from meta_agent.front.server import build_server
@@ -542,6 +543,27 @@ async def test_a_run_waits_only_for_the_children_its_tools_need(era: str, llm: F
             assert text_of(asked) == (
                 "tools: pattern 'mute.*' matches no tool of ask mode, which uses internal tools only (image_gen, describe_image)"
             )
+
+
+async def test_held_children_start_as_soon_as_a_run_needs_them(monkeypatch: pytest.MonkeyPatch, llm: FakeLLM) -> None:
+    """A server that holds its children (`serve` on stdio, until its host has had a first answer) holds them until a
+    run needs them, then they start and the run's call of the child goes through (held, it would have waited out the
+    start timeout and failed)."""
+    monkeypatch.setattr(pool, "HOLD_AT_MOST", 600.0)  # not started by the bound while the test runs
+    settings = Settings(model="openai:fake-model")
+    environ = openai_env(llm)
+    server = build_server(settings, {"f": fault_entry()}, environ, start_timeout=PATIENT_START, hold_children=True)
+    async with Client(server) as client:
+        await anyio.wait_all_tasks_blocked()
+        assert server.engine is not None
+        assert server.engine.pool["f"].start_deadline is None  # its supervisor has not begun a start
+        llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "hi"})))
+        llm.reply(openai_reply("done"))
+        with anyio.fail_after(PATIENT_START / 2):
+            result = await client.call_tool("agent", {"task": "t", "tools": ["f.*"]})
+        assert result.structured_content is not None, text_of(result)
+        (call,) = result.structured_content["steps"][0]["tool_calls"]
+        assert (call["name"], call["ok"]) == ("f.echo", True), call
 
 
 async def test_a_run_that_needs_a_never_answering_child_waits_its_start_timeout_then_says_why(llm: FakeLLM) -> None:

@@ -71,6 +71,7 @@ class Engine:
         config_file: Path | None = None,
         redact: Redactor | None = None,
         serving: bool = False,
+        hold_children: bool = False,
     ) -> None:
         """`environ` (the process's own unless given) holds the providers' API keys and endpoints, which traces
         redact. `trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes, and while
@@ -80,6 +81,8 @@ class Engine:
         `redact` hides secrets in traces (one is made from `environ`, `servers` and the HTTP token if not given); a
         reload teaches it the secrets of the servers it adds. `serving`: the engine of a server, which may run many
         calls at once: its models send requests through the vendor SDKs' aiohttp transport (`vendor_http_client`).
+        `hold_children`: the children start once `pool.release()` is called (or a run needs them, or after a second;
+        children/pool.py).
 
         Raises:
             ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
@@ -91,7 +94,9 @@ class Engine:
             log.warning("image_gen_withheld", reason=self.withheld["image_gen"])
         if settings.vision_model and self.withheld.get("describe_image", LEFT_OUT) != LEFT_OUT:
             log.warning("describe_image_withheld", reason=self.withheld["describe_image"])
-        self.pool = ChildPool(servers, restart=restart, start_timeout=start_timeout, on_change=self._child_changed)
+        self.pool = ChildPool(
+            servers, restart=restart, start_timeout=start_timeout, on_change=self._child_changed, held=hold_children
+        )
         self.caller = ToolCaller(self.pool.children, self.internal)
         self._checks = ArgumentCheck()  # validators outlive a run: building one costs more than a step
         self._toolbox: Toolbox | None = None

@@ -2,6 +2,10 @@
 (`reconcile`, for a servers.json reload). The webhooks of servers.json are held beside the children, as the one
 virtual child `webhooks` (webhooks.py): whoever calls a server's tools by name finds them there too (`children`).
 
+A pool can be `held`: its children start only once `release` is called, something waits for them (`wait_settled`),
+or HOLD_AT_MOST seconds have passed. `serve` on stdio holds its children until its host has had its first answer,
+so that the processes of many children starting do not compete with that answer for the CPU.
+
 A child whose entry is gone or changed is retired: new calls are refused at once, calls in flight get up to their
 timeout, then its connection is closed (its whole process group ended, children/stdio.py). A changed child is a new
 `ChildServer` in the old one's place; an unchanged one keeps its connection and its calls.
@@ -32,10 +36,13 @@ class Reconciled:
     webhooks: tuple[str, ...] = ()
 
 
+HOLD_AT_MOST = 1.0  # seconds a held pool waits for its release before starting its children anyway
+
+
 class ChildPool:
-    """Every configured child, supervised in one task group; `async with` starts them, leaving stops them all (and
-    closes the webhooks' connections). Iterating it gives the children; `webhooks` holds the webhooks of `servers`
-    (config.webhooks_of)."""
+    """Every configured child, supervised in one task group; `async with` starts them (a `held` pool: once released,
+    see the module's docstring), leaving stops them all (and closes the webhooks' connections). Iterating it gives the
+    children; `webhooks` holds the webhooks of `servers` (config.webhooks_of)."""
 
     def __init__(
         self,
@@ -44,7 +51,11 @@ class ChildPool:
         restart: bool = True,
         start_timeout: float = START_TIMEOUT,
         on_change: Callable[[ChildServer], None] | None = None,
+        held: bool = False,
     ) -> None:
+        self._released = anyio.Event()
+        if not held:
+            self._released.set()
         self._make = partial(ChildServer, restart=restart, start_timeout=start_timeout, on_change=on_change)
         # Changed in place by `reconcile`, as `webhooks` is.
         self._children = {name: self._make(name, entry) for name, entry in servers.items()}
@@ -105,9 +116,15 @@ class ChildPool:
         self._tg.start_soon(self._supervise, child, name=f"supervise {child.name}")
         return child
 
+    def release(self) -> None:
+        """Let the children of a held pool start (nothing if they may already)."""
+        self._released.set()
+
     async def _supervise(self, child: ChildServer) -> None:
         try:
             with self._scopes[child]:
+                with anyio.move_on_after(HOLD_AT_MOST):
+                    await self._released.wait()
                 await child.supervise()
         finally:
             del self._scopes[child]
@@ -127,7 +144,9 @@ class ChildPool:
 
     async def wait_settled(self, names: Iterable[str] | None = None) -> None:
         """Wait until each child of `names` (default: every child) has connected or failed once: at most until the
-        start deadline of its current attempt (its start timeout from when that attempt began), never forever."""
+        start deadline of its current attempt (its start timeout from when that attempt began), never forever. A held
+        pool is released: whoever waits for children needs them."""
+        self.release()
         for child in self if names is None else (self._children[name] for name in names):
             deadline = child.start_deadline
             if deadline is None:  # its supervisor has not begun the first attempt yet: it does so at once

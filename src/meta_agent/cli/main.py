@@ -182,8 +182,9 @@ def exit_now(code: int) -> NoReturn:
     left are daemons (the trace writer, whose files are closed, and idle worker threads)."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        with suppress(OSError, ValueError):  # a reader that went away; a stream closed already
-            stream.flush()
+        if stream is not None:  # None: the process started with that descriptor closed
+            with suppress(OSError, ValueError):  # a reader that went away; a stream closed already
+                stream.flush()
     os._exit(code)
 
 

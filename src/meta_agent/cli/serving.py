@@ -39,9 +39,11 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
     from meta_agent.front.server import build_server
     from meta_agent.front.stdio import serve_stdio
 
-    server = build_server(settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config)
+    server = build_server(
+        settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config, hold_children=True
+    )
     async with _reloading_on_hangup(server):
-        await serve_stdio(server)
+        await serve_stdio(server, on_first_answer=server.release_children)
     return 0
 
 

@@ -104,6 +104,12 @@ class MetaAgentServer(MCPServer[Front]):
         # MCPServer offers no public way to add a spec request handler.
         self.subscribers.install(self._lowlevel_server)
 
+    def release_children(self) -> None:
+        """Let the held children of the running engine start (`serve` on stdio: once the host has its first
+        answer, so that their processes starting do not compete with it for the CPU)."""
+        if self.engine is not None:
+            self.engine.pool.release()
+
     @asynccontextmanager
     async def _lifespan(self, _server: MCPServer[Front]) -> AsyncIterator[Front]:
         engine = self._open_engine()
@@ -144,13 +150,15 @@ def build_server(
     provider: Provider | None = None,
     start_timeout: float = DEFAULT_START_TIMEOUT,
     config_file: Path | None = None,
+    hold_children: bool = False,
 ) -> MetaAgentServer:
     """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them).
     `environ` (the process's own unless given) holds the providers' API keys and endpoints. A child that has not
     answered within `start_timeout` seconds has failed to start (and is retried). A `trust_file` that cannot be read
     fails closed: its levels do not apply, and the toolbox resource says why. `config_file`, where given, is the
     servers.json `servers` came from: it is followed, and reloaded when it changes or `server.engine.request_reload()`
-    is called (SIGHUP); hosts subscribed to the toolbox resource hear of every change.
+    is called (SIGHUP); hosts subscribed to the toolbox resource hear of every change. `hold_children`: the children
+    start once `server.release_children()` is called (or a run needs them, or after a second; children/pool.py).
 
     Raises:
         ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool (when the lifespan starts).
@@ -167,6 +175,7 @@ def build_server(
         config_file=config_file,
         redact=redact,
         serving=True,
+        hold_children=hold_children,
     )
     server = MetaAgentServer(open_engine)
     _add_run_tools(server)

@@ -3,9 +3,14 @@
 The SDK's `MCPServer.run_stdio_async()` reads stdin on a worker thread, and a thread blocked in `read()` cannot be
 cancelled: after SIGTERM or SIGINT the children were stopped, but the process then waited for the host to close
 stdin (a host that keeps it open had to SIGKILL us). Here stdin is read only once the event loop reports it
-readable, so cancelling the server ends the read at once. The SDK's `stdio_server` still frames the messages and
-owns stdout (it points fd 1 at stderr while serving, so stray prints miss the wire); fd 0 is likewise pointed at
-/dev/null while we read the real stdin through a private duplicate, as the SDK does.
+readable, so cancelling the server ends the read at once. The SDK's `stdio_server` still frames the messages. As
+the SDK would, we point fd 0 at /dev/null and fd 1 at stderr while serving (stray prints miss the wire) and use
+private duplicates of the real ones. Each message goes out whole in one worker-thread call (the SDK's own writer
+makes two: write, then flush).
+
+`on_first_answer` is called once the host's first request after its handshake (normally tools/list) has been
+answered and that answer written (`serve` releases its held children then): until then the ids of the requests, and
+of the answers written, are read.
 
 POSIX: pipes, sockets and terminals are polled. A regular file or /dev/null cannot be polled, but a read of one never
 waits for anyone, so it goes to a worker thread. Windows: the event loop cannot poll pipes there, so the SDK's own
@@ -14,6 +19,7 @@ transport serves, and a signal takes effect once the host closes our stdin (host
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -32,36 +38,114 @@ if sys.platform != "win32":
 
 log = structlog.get_logger(__name__)
 
+# A host's handshake and liveness checks: the answer after them is the host's first real one.
+HANDSHAKE = frozenset({"initialize", "server/discover", "ping"})
 
-async def serve_stdio(server: MCPServer) -> None:
-    """Serve `server` on stdin and stdout until stdin ends or the caller is cancelled."""
+
+async def serve_stdio(server: MCPServer, on_first_answer: Callable[[], None] | None = None) -> None:
+    """Serve `server` on stdin and stdout until stdin ends or the caller is cancelled; `on_first_answer`: see the
+    module's docstring."""
     if sys.platform == "win32":
         await server.run_stdio_async()
         return
-    if sys.stdin is None:  # started with fd 0 closed: nobody can talk to us, and fd 0 may be another file by now
-        log.warning("no_stdin", detail="fd 0 was closed at start; nothing to serve")
-        return
-    with _claimed_stdin() as fd:
-        lines = _decoded(lines_of(_reader(fd)))
-        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]  # iterated only
+    for fd, stream in ((0, sys.stdin), (1, sys.stdout)):
+        if stream is None:  # started with it closed: nobody can talk to us (or hear us), and it may be another file now
+            log.warning("stdio_closed", detail=f"fd {fd} was closed at start; nothing to serve")
+            return
+    with _claimed(0, _null_to_read) as fd, _claimed(1, _stderr_or_null) as out:
+        first_answer = _FirstAnswer(on_first_answer)
+        lines = first_answer.watching(_decoded(lines_of(_reader(fd))))
+        output = _Output(out, first_answer)
+        # Both are used only as far as the SDK's transport uses them: iterated, and written then flushed.
+        async with stdio_server(stdin=lines, stdout=output) as (read_stream, write_stream):  # type: ignore[arg-type]
             # SDK 2.3 has no public way to serve an MCPServer on given streams; its own Client reads this attribute.
             lowlevel = server._lowlevel_server
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 @contextmanager
-def _claimed_stdin() -> Iterator[int]:
-    """A private duplicate of fd 0, with fd 0 itself on /dev/null meanwhile: nothing else in this process, and no
-    process it starts, can read a byte of the protocol."""
-    private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
+def _claimed(fd: int, diversion: Callable[[], int]) -> Iterator[int]:
+    """A private duplicate of `fd`, with `fd` itself on what `diversion` opens meanwhile: nothing else in this
+    process, and no process it starts, can read or write a byte of the protocol."""
+    private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    elsewhere = diversion()
+    os.dup2(elsewhere, fd)
+    os.close(elsewhere)
     try:
         yield private
     finally:
-        os.dup2(private, 0)
+        os.dup2(private, fd)
         os.close(private)
+
+
+def _null_to_read() -> int:
+    return os.open(os.devnull, os.O_RDONLY)
+
+
+def _stderr_or_null() -> int:
+    try:
+        return os.dup(2)
+    except OSError:  # started with fd 2 closed
+        return os.open(os.devnull, os.O_WRONLY)
+
+
+class _FirstAnswer:
+    """Calls `then` once the answer to the host's first request after its handshake has been written; until then it
+    reads the ids of the requests coming in and of the answers going out."""
+
+    def __init__(self, then: Callable[[], None] | None) -> None:
+        self._then = then
+        self._open = then is None
+        self._awaited: set[object] = set()
+
+    async def watching(self, lines: AsyncIterator[str]) -> AsyncIterator[str]:
+        """`lines`, the ids of the real requests among them noted while the answer to one is awaited."""
+        async for line in lines:
+            if not self._open:
+                message = _parsed(line)
+                if "id" in message and message.get("method") not in HANDSHAKE:
+                    self._awaited.add(message["id"])
+            yield line
+
+    def written(self, line: str) -> None:
+        """`line` went out: if it answered a real request, the children may start."""
+        if self._open or not self._awaited:
+            return
+        message = _parsed(line)
+        if "method" not in message and message.get("id") in self._awaited:
+            self._open = True
+            assert self._then is not None
+            self._then()
+
+
+def _parsed(line: str) -> dict[str, object]:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return {}
+    return message if isinstance(message, dict) else {}
+
+
+class _Output:
+    """The wire's writing end as the SDK's transport uses it (`write`, then `flush`): each message written whole by
+    one worker-thread call."""
+
+    def __init__(self, fd: int, first_answer: _FirstAnswer) -> None:
+        self._fd = fd
+        self._first_answer = first_answer
+
+    async def write(self, text: str) -> None:
+        await anyio.to_thread.run_sync(_write_all, self._fd, text.encode())
+        self._first_answer.written(text)
+
+    async def flush(self) -> None:
+        return
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _reader(fd: int) -> Callable[[], Awaitable[bytes]]:
