@@ -67,6 +67,33 @@ SERVE_IMPORTS = "import meta_agent.cli.main, meta_agent.cli.serving, meta_agent.
 BARE_IMPORTS = "from mcp.server import MCPServer"
 
 
+# The dataclasses those imports make beyond a bare server's, timed as they are made (Python's dataclasses.py builds
+# each class's generated methods from source: on 3.11 one compile per method).
+DATACLASSES = f"""
+import dataclasses, time
+{BARE_IMPORTS}
+spent, made, process = 0.0, 0, dataclasses._process_class
+def timed(*args, **kwargs):
+    global spent, made
+    started = time.perf_counter()
+    try:
+        return process(*args, **kwargs)
+    finally:
+        spent += time.perf_counter() - started
+        made += 1
+dataclasses._process_class = timed
+{SERVE_IMPORTS}
+print(made, spent)
+"""
+
+
+async def _dataclasses() -> tuple[int, float]:
+    """How many dataclasses `serve`'s imports make beyond a bare server's, and the seconds making them took."""
+    done = await anyio.run_process([sys.executable, "-c", DATACLASSES])
+    made, spent = done.stdout.decode().split()[-2:]
+    return int(made), float(spent)
+
+
 async def _imports(code: str) -> float:
     """Seconds a new interpreter takes to run `code`, timed inside it: its own start and exit are not counted."""
     timed = f"import time\nstarted = time.perf_counter()\n{code}\nprint(time.perf_counter() - started)"
@@ -96,6 +123,9 @@ async def measure(rounds: int) -> dict[str, Any]:
             listed.setdefault(f"{n} children", []).append(ours["all children ready"] / theirs)
         add("imports of meta-agent serve", {"seconds": await _imports(SERVE_IMPORTS)})
         add("imports of a bare MCPServer", {"seconds": await _imports(BARE_IMPORTS)})
+        made, spent = await _dataclasses()
+        add("dataclasses of meta-agent serve's imports", {"seconds": spent})
+        per.setdefault("dataclasses of meta-agent serve's imports: made", []).append(made)
     figures: dict[str, Any] = {name: spread(values) for name, values in per.items()}
     return figures | {
         "first answer / bare, per round": {name: spread(v) for name, v in ratios.items()},

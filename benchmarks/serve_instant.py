@@ -1,4 +1,5 @@
-"""`meta-agent serve` (stdio) with the instant in-process model: our real server, children and loop, no model wait.
+"""`meta-agent serve` (stdio) with the instant in-process model: our real server, children, loop and stdio transport
+(the one `serve` uses), no model wait.
 
 python serve_instant.py SERVERS_JSON
 """
@@ -9,12 +10,15 @@ import os
 import sys
 from pathlib import Path
 
+import anyio
 from instant_model import InstantModel
 
 from meta_agent import Settings, build_server, configure_logging, load_servers
+from meta_agent.front.stdio import serve_stdio
 
 if __name__ == "__main__":
     configure_logging("warning")
     settings = Settings()
     servers = load_servers(Path(sys.argv[1]), os.environ)
-    build_server(settings, servers, os.environ, provider=InstantModel()).run()
+    server = build_server(settings, servers, os.environ, provider=InstantModel())
+    anyio.run(serve_stdio, server)
