@@ -125,6 +125,14 @@ class Host(Served):
         except TimeoutError:
             raise TimeoutError(f"waited {BOUND:g} s for {what}") from None
 
+    async def rest(self) -> str:
+        """Whatever meta-agent wrote to stdout that has not been read, once it has exited."""
+        rest = bytearray()
+        with suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+            while True:
+                rest += await self._stdout.receive()
+        return rest.decode()
+
     async def handshake(self) -> None:
         hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
         request = await self.send("initialize", hello)
@@ -265,7 +273,7 @@ def test_serve_started_with_stdin_or_stdout_closed_says_so(tmp_path: Path, fd: i
 
 
 async def test_serve_started_with_stderr_closed_serves(tmp_path: Path) -> None:
-    """Its log goes nowhere; the host is served."""
+    """Its log and its notes go nowhere, never to stdout; the host is served, and a signal still stops it."""
     command = ["sh", "-c", 'exec "$@" 2>&-', "sh", *META_AGENT, "serve", "--config", str(write_config(tmp_path, {}))]
     process = await anyio.open_process(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None)
     async with process:
@@ -274,9 +282,10 @@ async def test_serve_started_with_stderr_closed_serves(tmp_path: Path) -> None:
         listed = await host.send("tools/list", {})
         answer = await host.receive_until("the tools list", lambda m: m.get("id") == listed)
         assert {tool["name"] for tool in answer["result"]["tools"]} >= {"ask", "plan", "agent"}
-        assert process.stdin is not None
-        await process.stdin.aclose()
-        assert await host.exit_code() == 0
+        process.send_signal(signal.SIGTERM)  # its note "stopped by SIGTERM" would go to stdout if anything did
+        assert await host.exit_code() == 143
+        rest = await host.rest()
+        assert all(json.loads(line)["jsonrpc"] == "2.0" for line in rest.splitlines()), rest
 
 
 async def test_a_second_signal_says_which_children_are_still_stopping(

@@ -120,6 +120,11 @@ class ChildPool:
         """Let the children of a held pool start (nothing if they may already)."""
         self._released.set()
 
+    @property
+    def released(self) -> bool:
+        """Whether the children may start (always, unless the pool was made `held`)."""
+        return self._released.is_set()
+
     async def _supervise(self, child: ChildServer) -> None:
         try:
             with self._scopes[child]:
@@ -145,9 +150,11 @@ class ChildPool:
     async def wait_settled(self, names: Iterable[str] | None = None) -> None:
         """Wait until each child of `names` (default: every child) has connected or failed once: at most until the
         start deadline of its current attempt (its start timeout from when that attempt began), never forever. A held
-        pool is released: whoever waits for children needs them."""
-        self.release()
-        for child in self if names is None else (self._children[name] for name in names):
+        pool is released when any child is waited for: whoever waits for one needs it."""
+        chosen = list(self) if names is None else [self._children[name] for name in names]
+        if chosen:
+            self.release()
+        for child in chosen:
             deadline = child.start_deadline
             if deadline is None:  # its supervisor has not begun the first attempt yet: it does so at once
                 deadline = anyio.current_time() + child.start_timeout

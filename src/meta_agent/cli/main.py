@@ -133,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
+    if sys.stderr is None:  # started with fd 2 closed: what we would say goes nowhere (print would send it to stdout)
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (open for the process's life)
     args = _parser().parse_args(argv)
     args.config = getattr(args, "config", None)
     if args.command == "runs":

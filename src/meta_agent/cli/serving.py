@@ -39,11 +39,13 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
     from meta_agent.front.server import build_server
     from meta_agent.front.stdio import serve_stdio
 
+    # Where the event loop cannot poll pipes (Windows) the SDK's own transport serves, which cannot tell the answers.
+    hold = sys.platform != "win32"
     server = build_server(
-        settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config, hold_children=True
+        settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config, hold_children=hold
     )
     async with _reloading_on_hangup(server):
-        await serve_stdio(server, on_first_answer=server.release_children)
+        await serve_stdio(server)
     return 0
 
 

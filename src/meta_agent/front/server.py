@@ -90,8 +90,9 @@ class MetaAgentServer(MCPServer[Front]):
     when its HTTP caller goes away, on either era (meta_agent.front.call_guard).
     """
 
-    def __init__(self, open_engine: Callable[[], Engine]) -> None:
+    def __init__(self, open_engine: Callable[[], Engine], *, hold_children: bool = False) -> None:
         self.engine: Engine | None = None
+        self.hold_children = hold_children
         self._open_engine = open_engine
         self.subscribers = ToolboxSubscribers(TOOLBOX_URI)
         super().__init__(
@@ -103,6 +104,10 @@ class MetaAgentServer(MCPServer[Front]):
         )
         # MCPServer offers no public way to add a spec request handler.
         self.subscribers.install(self._lowlevel_server)
+
+    def children_held(self) -> bool:
+        """Whether the children are held still (`hold_children`, and neither released nor the engine started)."""
+        return self.hold_children and (self.engine is None or not self.engine.pool.released)
 
     def release_children(self) -> None:
         """Let the held children of the running engine start (`serve` on stdio: once the host has its first
@@ -177,7 +182,7 @@ def build_server(
         serving=True,
         hold_children=hold_children,
     )
-    server = MetaAgentServer(open_engine)
+    server = MetaAgentServer(open_engine, hold_children=hold_children)
     _add_run_tools(server)
     # Listed where the model would see it, no further: a tool that can only fail is not offered (the toolbox
     # resource says why it is withheld).

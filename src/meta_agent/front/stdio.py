@@ -8,9 +8,10 @@ the SDK would, we point fd 0 at /dev/null and fd 1 at stderr while serving (stra
 private duplicates of the real ones. Each message goes out whole in one worker-thread call (the SDK's own writer
 makes two: write, then flush).
 
-`on_first_answer` is called once the host's first request after its handshake (normally tools/list) has been
-answered and that answer written (`serve` releases its held children then): until then the ids of the requests, and
-of the answers written, are read.
+A server that holds its children (build_server's `hold_children`) has them released once the answer to the first
+request that is not part of the host's handshake (normally tools/list) has been written: until then, or until they
+are released otherwise (a run needs them; the bound), the ids of the requests read and of the answers written are
+looked at.
 
 POSIX: pipes, sockets and terminals are polled. A regular file or /dev/null cannot be polled, but a read of one never
 waits for anyone, so it goes to a worker thread. Windows: the event loop cannot poll pipes there, so the SDK's own
@@ -24,7 +25,7 @@ import os
 import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import anyio
 import structlog
@@ -32,6 +33,7 @@ from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
 from meta_agent.children.stdio import CHUNK, lines_of
+from meta_agent.front.server import MetaAgentServer
 
 if sys.platform != "win32":
     import fcntl
@@ -42,18 +44,18 @@ log = structlog.get_logger(__name__)
 HANDSHAKE = frozenset({"initialize", "server/discover", "ping"})
 
 
-async def serve_stdio(server: MCPServer, on_first_answer: Callable[[], None] | None = None) -> None:
-    """Serve `server` on stdin and stdout until stdin ends or the caller is cancelled; `on_first_answer`: see the
-    module's docstring."""
-    if sys.platform == "win32":
-        await server.run_stdio_async()
-        return
+async def serve_stdio(server: MCPServer) -> None:
+    """Serve `server` on stdin and stdout until stdin ends or the caller is cancelled."""
     for fd, stream in ((0, sys.stdin), (1, sys.stdout)):
         if stream is None:  # started with it closed: nobody can talk to us (or hear us), and it may be another file now
             log.warning("stdio_closed", detail=f"fd {fd} was closed at start; nothing to serve")
             return
+    if sys.platform == "win32":
+        await server.run_stdio_async()
+        return
     with _claimed(0, _null_to_read) as fd, _claimed(1, _stderr_or_null) as out:
-        first_answer = _FirstAnswer(on_first_answer)
+        holding = server if isinstance(server, MetaAgentServer) and server.hold_children else None
+        first_answer = _FirstAnswer(holding)
         lines = first_answer.watching(_decoded(lines_of(_reader(fd))))
         output = _Output(out, first_answer)
         # Both are used only as far as the SDK's transport uses them: iterated, and written then flushed.
@@ -74,6 +76,9 @@ def _claimed(fd: int, diversion: Callable[[], int]) -> Iterator[int]:
     try:
         yield private
     finally:
+        if fd == 1 and sys.stdout is not None:  # stray prints buffered meanwhile go where they went: not to the wire
+            with suppress(OSError, ValueError):
+                sys.stdout.flush()
         os.dup2(private, fd)
         os.close(private)
 
@@ -85,45 +90,55 @@ def _null_to_read() -> int:
 def _stderr_or_null() -> int:
     try:
         return os.dup(2)
-    except OSError:  # started with fd 2 closed
+    except OSError:  # fd 2 is closed
         return os.open(os.devnull, os.O_WRONLY)
 
 
 class _FirstAnswer:
-    """Calls `then` once the answer to the host's first request after its handshake has been written; until then it
-    reads the ids of the requests coming in and of the answers going out."""
+    """Releases the held children of `server` once the answer to the host's first request that is not part of its
+    handshake has been written; while they are held it reads the ids of the requests coming in and of the answers
+    going out."""
 
-    def __init__(self, then: Callable[[], None] | None) -> None:
-        self._then = then
-        self._open = then is None
-        self._awaited: set[object] = set()
+    def __init__(self, server: MetaAgentServer | None) -> None:
+        self._server = server
+        self._awaited: set[int | str] = set()
+
+    def _held(self) -> bool:
+        return self._server is not None and self._server.children_held()
 
     async def watching(self, lines: AsyncIterator[str]) -> AsyncIterator[str]:
-        """`lines`, the ids of the real requests among them noted while the answer to one is awaited."""
+        """`lines`, the ids of the real requests among them noted while the children are held."""
         async for line in lines:
-            if not self._open:
+            if self._held():
                 message = _parsed(line)
-                if "id" in message and message.get("method") not in HANDSHAKE:
-                    self._awaited.add(message["id"])
+                method, request_id = message.get("method"), _id_of(message)
+                if isinstance(method, str) and method not in HANDSHAKE and request_id is not None:
+                    self._awaited.add(request_id)
             yield line
 
     def written(self, line: str) -> None:
         """`line` went out: if it answered a real request, the children may start."""
-        if self._open or not self._awaited:
+        if not self._awaited or not self._held():
             return
         message = _parsed(line)
-        if "method" not in message and message.get("id") in self._awaited:
-            self._open = True
-            assert self._then is not None
-            self._then()
+        if "method" not in message and _id_of(message) in self._awaited:
+            self._awaited.clear()
+            assert self._server is not None
+            self._server.release_children()
 
 
 def _parsed(line: str) -> dict[str, object]:
+    """`line` as a JSON object; empty if it is not one (the SDK's transport says what is wrong with it)."""
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return message if isinstance(message, dict) else {}
+
+
+def _id_of(message: dict[str, object]) -> int | str | None:
+    request_id = message.get("id")
+    return request_id if isinstance(request_id, int | str) and not isinstance(request_id, bool) else None
 
 
 class _Output:
@@ -135,15 +150,15 @@ class _Output:
         self._first_answer = first_answer
 
     async def write(self, text: str) -> None:
-        await anyio.to_thread.run_sync(_write_all, self._fd, text.encode())
+        await anyio.to_thread.run_sync(_write_all, self._fd, text)
         self._first_answer.written(text)
 
     async def flush(self) -> None:
         return
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+def _write_all(fd: int, text: str) -> None:
+    view = memoryview(text.encode())
     while view:
         view = view[os.write(fd, view) :]
 

@@ -10,7 +10,6 @@ them (meta_agent.front.host_logs).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import weakref
 from collections.abc import Callable, Mapping, MutableMapping
@@ -40,9 +39,8 @@ def forward_to_taps(_logger: Any, _name: str, event: MutableMapping[str, Any]) -
 
 
 def configure_logging(level: str = "info", *, stream: TextIO | None = None, json: bool | None = None) -> None:
-    """Send every log line to `stream` (stderr by default; nowhere if the process started with fd 2 closed) at `level`
-    and above; JSON unless it is a terminal."""
-    stream = stream or sys.stderr or open(os.devnull, "w")  # noqa: SIM115  (open for the process's life)
+    """Send every log line to `stream` (stderr by default) at `level` and above; JSON unless it is a terminal."""
+    stream = stream or sys.stderr
     if json is None:
         json = not stream.isatty()
     debug = level == "debug"
