@@ -239,6 +239,8 @@ async def test_serve_starts_its_children_once_the_host_has_its_first_answer(
         ping = await host.send("ping", {})
         await host.receive_until("the ping's answer", lambda m: m.get("id") == ping)
         assert processes_with(marker) == []  # the handshake and a ping are not a first answer
+        assert process.stdin is not None  # ids that are no JSON-RPC id, and a line too deep to read, change nothing
+        await process.stdin.send(b'{"jsonrpc": "2.0", "id": [1], "method": "tools/list"}\n' + b"[" * 100_000 + b"\n")
         listed = await host.send("tools/list", {})
         answer = await host.receive_until("the tools list", lambda m: m.get("id") == listed)
         assert {tool["name"] for tool in answer["result"]["tools"]} >= {"ask", "plan", "agent"}
