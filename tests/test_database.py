@@ -4,7 +4,6 @@ processes on PostgreSQL, and two real `meta-agent serve --transport http` replic
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -16,11 +15,12 @@ from urllib.parse import urlsplit
 
 import anyio
 import pytest
-from conftest import FAULT_SERVER, ServerLog, free_port, http_serving, openai_env
+from conftest import FAULT_SERVER, http_serving, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from postgres_cluster import Cluster
+from replicas import read_run, replica_environ
 
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.core.messages import AssistantMessage, UserMessage
@@ -159,19 +159,6 @@ async def test_turns_on_postgresql_wait_for_the_one_holding_the_conversation(dat
     second.close()
 
 
-def replica_environ(llm: FakeLLM, database_url: str, tmp_path: Path) -> dict[str, str]:
-    return openai_env(
-        llm,
-        model="openai:fake-model",
-        base={
-            **os.environ,
-            "META_AGENT_DATABASE_URL": database_url,
-            "META_AGENT_TRACE_DIR": str(tmp_path),
-            "META_AGENT_CONVERSATIONS_DB": str(tmp_path / "unused.sqlite3"),
-        },
-    )
-
-
 @pytest.mark.parametrize("era", ["2026-07-28", "2025-11-25"])
 async def test_a_conversation_started_on_one_replica_continues_on_the_other(
     era: str, database_url: str, pg_cluster: Cluster, llm_endpoint: FakeLLM, tmp_path: Path
@@ -201,11 +188,6 @@ async def test_a_conversation_started_on_one_replica_continues_on_the_other(
 # -- the run index and meta-agent://runs/{run_id} -----------------------------------------------------------------------
 
 
-async def read_run(client: Client, run_id: str) -> dict[str, Any]:
-    contents = (await client.read_resource(f"meta-agent://runs/{run_id}")).contents
-    return json.loads(contents[0].text)  # type: ignore[union-attr]
-
-
 async def test_a_run_is_read_back_by_its_id_done_with_its_result_or_its_error(tmp_path: Path, llm: FakeLLM) -> None:
     settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "c.sqlite3", trace_dir=tmp_path)
     async with Client(build_server(settings, {}, openai_env(llm))) as client:
@@ -233,70 +215,6 @@ async def all_runs(settings: Settings) -> list[dict[str, Any]]:
     states = [await index.read(run_id) for (run_id,) in ids]
     database.close()
     return [state.to_json() for state in states if state is not None]
-
-
-def serve_replica(config: Path, environ: dict[str, str]) -> tuple[subprocess.Popen[str], str, ServerLog]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "meta_agent",
-            "serve",
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-            "--config",
-            str(config),
-        ],
-        env=environ,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    log = ServerLog(proc.stderr)
-    log.wait_for("serving_http")
-    return proc, f"http://127.0.0.1:{port}/mcp", log
-
-
-async def test_a_run_whose_replica_is_killed_reads_interrupted_from_the_other(
-    database_url: str, pg_cluster: Cluster, llm_endpoint: FakeLLM, tmp_path: Path
-) -> None:
-    config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {"f": {"command": sys.executable, "args": [str(FAULT_SERVER)]}}}))
-    environ = {**replica_environ(llm_endpoint, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
-    doomed, doomed_url, _ = serve_replica(config, environ)
-    try:
-        with http_serving(config, environ) as (other, _):
-            llm_endpoint.reply(openai_reply(None, ("c1", "f__hang", {})))
-
-            async def call_and_lose_it() -> None:
-                with contextlib.suppress(Exception):
-                    async with Client(doomed_url) as client:
-                        await client.call_tool("agent", {"task": "wait forever"})
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call_and_lose_it)
-                with anyio.fail_after(30):
-                    while not (
-                        running := pg_cluster.psql(database_url, "select id from runs where status = 'running'")
-                    ):
-                        await anyio.sleep(0.05)  # polling the database for the run to start, not waiting a fixed time
-                    while len(llm_endpoint.requests) < 1:
-                        await anyio.sleep(0.05)
-                doomed.kill()
-                doomed.wait(timeout=30)
-                tg.cancel_scope.cancel()
-            async with Client(f"{other}/mcp") as client:
-                with anyio.fail_after(30):
-                    while (run := await read_run(client, running))["status"] == "running":
-                        await anyio.sleep(0.1)  # until the killed replica's mark lapses (1 s)
-            assert run["status"] == "interrupted" and run["result"] is None and run["mode"] == "agent"
-    finally:
-        doomed.kill()
-        doomed.wait(timeout=30)
-        assert doomed.stderr is not None
-        doomed.stderr.close()
 
 
 def test_a_replica_refuses_to_start_against_a_newer_schema_in_one_line(database_url: str, tmp_path: Path) -> None:

@@ -352,7 +352,7 @@ async def test_the_toolbox_resource_lists_withheld_tools_the_model_never_gets(ll
     offered = {tool["function"]["name"] for tool in llm.requests[0].body["tools"]}
     assert "f__echo" in offered and not offered & {"f__crash", "f__delete_file"}
     [told] = [m["content"] for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
-    assert told.startswith("[error] unknown tool 'f__crash'; the tools are: f__confirm, f__echo,")
+    assert told.startswith("[error] unknown tool 'f__crash'; the tools are: f__append, f__confirm, f__echo,")
     assert "f__crash" not in told.split("the tools are: ")[1]
     assert (after.state, after.restarts) == ("ready", 0)  # crash was never called: the child is still up
 

@@ -14,11 +14,13 @@ import fnmatch
 import os
 import socket
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
+from ulid import ULID
 
 from meta_agent.children.pool import ChildPool
 from meta_agent.children.questions import Questions
@@ -33,6 +35,7 @@ from meta_agent.core.provider import Provider
 from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tool_search import SearchPlan, search_on
+from meta_agent.core.tool_step import ToolRunner
 from meta_agent.core.tools import InternalTool, ToolSpec
 from meta_agent.errors import ConfigError, ConversationLost, ModelNotConfigured, PatternError
 from meta_agent.internal import INTERNAL_TOOLS, LEFT_OUT, internal_tools
@@ -42,12 +45,16 @@ from meta_agent.records import trustfile
 from meta_agent.records.conversations import Conversations, Turn
 from meta_agent.records.conversations import default_path as default_conversations_path
 from meta_agent.records.database import open_database
-from meta_agent.records.run_index import RunIndex
+from meta_agent.records.run_index import RunIndex, stopping
 from meta_agent.records.telemetry import Spans
 from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, prune_traces
 from meta_agent.records.trustfile import Recorded
 from meta_agent.text import one_line, some_of
 from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, pinned, withheld_child_tools, withheld_webhooks
+from meta_agent.version import __version__
+
+if TYPE_CHECKING:
+    from meta_agent.records.durable import DurableRuns, RunSteps
 
 log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
@@ -55,6 +62,33 @@ PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind 
 FOLLOW_INTERVAL = 1.0
 # A file seen changing is read once it has stayed the same this long: an editor's save can take several writes.
 SETTLE_INTERVAL = 0.1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """A run as its caller asked for it: what any replica needs to run it (again, for a durable run)."""
+
+    run_id: str
+    task: str
+    mode: Mode
+    patterns: list[str] | None
+    limits: Limits
+    conversation_id: str  # the new conversation's id, unless `continues`
+    continues: bool
+    can_ask: bool  # the caller can be asked to approve a call
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caller:
+    """What a run has of the caller that started it; a resumed durable run has none of it."""
+
+    emit: Emit | None = None
+    approver: Approver | None = None
+    sampling: Provider | None = None
+    questions: Questions | None = None
+
+
+NO_CALLER = Caller()
 
 
 class Engine:
@@ -109,6 +143,11 @@ class Engine:
         self.conversations = Conversations(self.database, lease_seconds=settings.lease_seconds)
         replica = f"{socket.gethostname()}:{os.getpid()}"
         self.runs = RunIndex(self.database, replica, alive_seconds=settings.lease_seconds)
+        self.durable: DurableRuns | None = None  # with PostgreSQL: runs survive their replica (records/durable.py)
+        if settings.database_url:
+            from meta_agent.records.durable import DurableRuns
+
+            self.durable = DurableRuns(settings.database_url, replica, self.runs, version=__version__)
         self._redact = redact or Redactor.of(environ, servers, settings.http_token)
         _learn_webhook_secrets(self._redact, servers)
         self._listeners: list[Callable[[], None]] = []
@@ -128,6 +167,12 @@ class Engine:
         if removed:
             log.info("traces_pruned", removed=removed, older_than_days=self.settings.trace_max_age_days)
         await self.pool.__aenter__()
+        if self.durable is not None:
+            try:
+                await self.durable.start(self._run)
+            except BaseException:
+                await self.pool.__aexit__(None, None, None)
+                raise
         if self._config_file is not None:
             self._background = anyio.create_task_group()
             await self._background.__aenter__()
@@ -139,6 +184,8 @@ class Engine:
             self._background.cancel_scope.cancel()
             await self._background.__aexit__(None, None, None)
         try:
+            if self.durable is not None:
+                await self.durable.stop()
             for provider in self._providers.values():
                 await provider.aclose()
         finally:
@@ -280,60 +327,73 @@ class Engine:
             PatternError: a `tools` pattern that is malformed or matches no tool.
             ProviderError: no model is configured, or the provider failed.
         """
-        limits = self._limits(mode, max_steps, token_budget)
+        spec = RunSpec(
+            run_id=str(ULID()),
+            task=task,
+            mode=mode,
+            patterns=patterns,
+            limits=self._limits(mode, max_steps, token_budget),
+            conversation_id=conversation_id or str(ULID()),
+            continues=conversation_id is not None,
+            can_ask=approver is not None,
+        )
+        caller = Caller(emit=emit, approver=approver, sampling=sampling, questions=questions)
+        if self.durable is not None:
+            result: RunResult = await self.durable.run(spec.run_id, spec, caller)
+            return result
+        return await self._run(spec, caller)
+
+    async def _run(self, spec: RunSpec, caller: Caller | None) -> RunResult:
+        """The run `spec`, for `caller` (None: a durable run resumed after its replica stopped)."""
+        caller = caller or NO_CALLER
+        emit = caller.emit
 
         async def waiting(seconds: float) -> None:  # a turn queued behind another is not a hung call
             if emit is not None:
                 await emit(ev.Heartbeat(step=0, waiting_for=PREVIOUS_TURN, elapsed_s=seconds))
 
-        async with self.conversations.turn(conversation_id, waiting=waiting) as turn:
-            return await self._run_turn(
-                turn,
-                task,
-                limits,
-                mode=mode,
-                patterns=patterns,
-                emit=emit,
-                approver=approver,
-                sampling=sampling,
-                questions=questions,
-            )
+        existing = spec.conversation_id if spec.continues else None
+        # running from the start: a run waiting for its turn of the conversation, or for its children, is one
+        async with self.runs.running(spec.run_id, spec.mode):
+            if stopping():  # a run handed to this process as it stops: left, as interrupted, for another replica
+                await anyio.sleep_forever()
+            async with self.conversations.turn(existing, new_id=spec.conversation_id, waiting=waiting) as turn:
+                steps = None if self.durable is None else self.durable.steps(can_ask=spec.can_ask)
+                return await self._run_turn(turn, spec, caller, steps)
 
-    async def _run_turn(
-        self,
-        turn: Turn,
-        task: str,
-        limits: Limits,
-        *,
-        mode: Mode,
-        patterns: list[str] | None,
-        emit: Emit | None,
-        approver: Approver | None,
-        sampling: Provider | None,
-        questions: Questions | None,
-    ) -> RunResult:
-        """`run`, within its turn of the conversation (`turn.history`: the transcript so far)."""
-        history = turn.history
-        provider, *fallbacks = await self._models(sampling)
+    async def _run_turn(self, turn: Turn, spec: RunSpec, caller: Caller, steps: RunSteps | None) -> RunResult:
+        """`run`, within its turn of the conversation (`turn.history`: the transcript so far); each model turn,
+        tool call and approval a step of `steps` where the run is durable."""
+        mode, patterns, emit = spec.mode, spec.patterns, caller.emit
+        # a resumed run continues from the history its first start read, whatever was saved since
+        history = turn.history if steps is None else await steps.once("history", _same, turn.history)
+        provider, *fallbacks = await self._models(caller.sampling)
         # Only the children this run can use: a child still starting would be missing from its tools.
         await self.pool.wait_settled(self._children_needed(patterns, mode))
         tools = tuple(self.select(patterns, mode))
         search = None
         if search_on(self.settings.tool_search, mode, len(tools)):  # find_tools first, the pinned tools beside it
             finder = find_tools_tool()
-            spec = Toolbox.build([finder], (), self._recorded, trust_problem=self.trust_problem).tools[0]
-            search = SearchPlan(finder=finder, shown=frozenset({spec.name, *pinned(self.pool, tools)}))
-            tools = (spec, *tools)
+            found = Toolbox.build([finder], (), self._recorded, trust_problem=self.trust_problem).tools[0]
+            search = SearchPlan(finder=finder, shown=frozenset({found.name, *pinned(self.pool, tools)}))
+            tools = (found, *tools)
         request = RunRequest(
-            task=task,
+            task=spec.task,
             mode=mode,
             tools=tools,
             search=search,
-            limits=limits,
+            limits=spec.limits,
             history=history,
+            run_id=spec.run_id,
             max_result_chars=self.settings.result_inline_chars,
         )
-        caller = self.caller if questions is None else ToolCaller(self.pool.children, self.internal, questions)
+        runner: ToolRunner = self.caller
+        if caller.questions is not None:
+            runner = ToolCaller(self.pool.children, self.internal, caller.questions)
+        approver = caller.approver
+        if steps is not None:
+            provider, fallbacks = steps.model(provider), [steps.model(model) for model in fallbacks]
+            runner, approver = steps.tools(runner), steps.approver(approver)
         trace = TraceWriter(self.trace_dir, self._redact)
         sinks = [sink for sink in (emit, trace, Spans()) if sink is not None]
 
@@ -343,22 +403,21 @@ class Engine:
 
         with structlog.contextvars.bound_contextvars(run_id=request.run_id):
             log.info("run_started", mode=mode, model=provider.name, tools=len(request.tools))
-            async with self.runs.running(request.run_id, mode):
-                try:
-                    result = await run(
-                        request,
-                        provider=provider,
-                        fallbacks=fallbacks,
-                        tools=caller,
-                        approver=approver,
-                        emit=fan_out,
-                        checks=self._checks,
-                    )
-                finally:
-                    with anyio.CancelScope(shield=True):  # the trace is whole on disk before the result is returned
-                        await trace.aclose()
-                result = await self._remember(result, turn)
-                await self.runs.finished(request.run_id, result.to_json())
+            try:
+                result = await run(
+                    request,
+                    provider=provider,
+                    fallbacks=fallbacks,
+                    tools=runner,
+                    approver=approver,
+                    emit=fan_out,
+                    checks=self._checks,
+                )
+            finally:
+                with anyio.CancelScope(shield=True):  # the trace is whole on disk before the result is returned
+                    await trace.aclose()
+            result = await self._remember(result, turn, steps)
+            await self.runs.finished(request.run_id, result.to_json())
             usage = result.usage
             log.info(
                 "run_finished",
@@ -369,23 +428,30 @@ class Engine:
             )
         return result
 
-    async def _remember(self, result: RunResult, turn: Turn) -> RunResult:
+    async def _remember(self, result: RunResult, turn: Turn, steps: RunSteps | None) -> RunResult:
         """The result with the conversation it continues. A turn that cannot be saved (a store that cannot be
         written, a hold lost to another process) keeps its answer, with no conversation id and `conversation_error`
         saying why in one line."""
+        if steps is None:
+            trimmed, error = await self._save(turn, result)
+        else:  # saved once: a replay past it does not write the conversation again
+            trimmed, error = await steps.once("conversation", self._save, turn, result)
+        if error is None:
+            return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
+        log.warning("conversation_not_saved", path=self.database.label, error=error)
+        return dataclasses.replace(result, conversation_error=error)
+
+    async def _save(self, turn: Turn, result: RunResult) -> tuple[int, str | None]:
+        """Save the turn: how many of its oldest turns were dropped, or why it was not saved (one line)."""
         try:
-            trimmed = await self.conversations.save(turn, result.transcript)
+            return await self.conversations.save(turn, result.transcript), None
         except (ConversationLost, ConfigError) as exc:
             error = str(exc)
         except self.database.errors as exc:
             error = f"{self.database.label}: cannot write the conversations store: {exc}; this turn was not saved"
         except (ValueError, RecursionError) as exc:
             error = f"this turn cannot be stored as JSON ({type(exc).__name__}: {exc}); it was not saved"
-        else:
-            return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
-        error = one_line(error)  # whatever the error said
-        log.warning("conversation_not_saved", path=self.database.label, error=error)
-        return dataclasses.replace(result, conversation_error=error)
+        return 0, one_line(error)  # whatever the error said
 
     def select(self, patterns: list[str] | None, mode: Mode) -> list[ToolSpec]:
         """The tools of `mode` that `patterns` pick.
@@ -498,6 +564,10 @@ class Engine:
 
     def _child_changed(self, _child: ChildServer) -> None:
         self._changed()
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _stamp(path: Path) -> tuple[int, ...] | None:

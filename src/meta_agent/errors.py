@@ -38,6 +38,18 @@ LimitReason = Literal["max_steps", "token_budget", "deadline"]
 class MetaAgentError(Exception):
     """Root of every error meta-agent raises on purpose."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled whatever its constructor takes (a durable run's checkpoint holds the errors of its steps): its
+        # message and its attributes, not its constructor's arguments.
+        return (_rebuilt, (type(self), str(self), self.__dict__))
+
+
+def _rebuilt(kind: type[MetaAgentError], message: str, attributes: dict[str, object]) -> MetaAgentError:
+    error = kind.__new__(kind)
+    Exception.__init__(error, message)
+    error.__dict__.update(attributes)
+    return error
+
 
 class ConfigError(MetaAgentError):
     """Bad configuration or input; `str(error)` is one line naming the file or setting, the path and the problem."""

@@ -231,6 +231,9 @@ async def _until_signalled(stops: tuple[signal.Signals, ...], command: Command, 
                     async for signum in signals:
                         if not received:
                             received.append(signum)
+                            from meta_agent.records.run_index import process_stopping
+
+                            process_stopping()  # its runs are interrupted, not cancelled by their callers
                             work.cancel()
                         else:
                             note(_still_stopping())

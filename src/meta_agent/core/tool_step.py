@@ -271,7 +271,11 @@ class ToolStepRunner:
 
         # The run's images as they are when the call starts: a call of the same step may add more meanwhile.
         context = RunContext(
-            model=self.model(), images=dict(self.run_images), results=dict(self.run_results), run_id=self.run_id
+            model=self.model(),
+            images=dict(self.run_images),
+            results=dict(self.run_results),
+            run_id=self.run_id,
+            call_id=call.id,
         )
         try:
             outcome = await self.pulse.wait(

@@ -89,6 +89,7 @@ class RunContext:
     images: Mapping[str, ImagePart] = field(default_factory=dict)
     results: Mapping[str, str] = field(default_factory=dict)
     run_id: str = ""
+    call_id: str = ""  # the id the model gave this call
     tool_search: ToolFinder | None = None  # the run's tool search, when it is on (find_tools searches it)
 
 

@@ -113,16 +113,19 @@ class Conversations:
         return decode(conversation_id, row)
 
     @asynccontextmanager
-    async def turn(self, conversation_id: str | None, *, waiting: Waiting | None = None) -> AsyncIterator[Turn]:
-        """Hold a conversation for one turn (a new one when `conversation_id` is None): wait while another turn of it
-        runs, in this process or another, then yield its transcript. Leaving lets the next turn go. While it waits,
-        `waiting` hears every `WAIT_NOTICE` seconds how long it has waited (a caller's progress).
+    async def turn(
+        self, conversation_id: str | None, *, new_id: str | None = None, waiting: Waiting | None = None
+    ) -> AsyncIterator[Turn]:
+        """Hold a conversation for one turn (a new one when `conversation_id` is None, with id `new_id` if given):
+        wait while another turn of it runs, in this process or another, then yield its transcript. Leaving lets the
+        next turn go. While it waits, `waiting` hears every `WAIT_NOTICE` seconds how long it has waited (a caller's
+        progress).
 
         Raises:
             ConfigError: no conversation has that id, its record cannot be read, or the store cannot be opened.
         """
         if conversation_id is None:
-            yield Turn(conversation_id=str(ULID()), history=(), holder=None)
+            yield Turn(conversation_id=new_id or str(ULID()), history=(), holder=None)
             return
         async with self._local_turn(conversation_id, waiting):
             turn = await _awaited_with_notices(self._claim(conversation_id), waiting, self.wait_notice)
@@ -276,7 +279,12 @@ def _let_go(sql: Sql, conversation_id: str, holder: str) -> None:
 
 
 def _insert(sql: Sql, conversation_id: str, body: str) -> None:
-    sql.execute("insert into conversations (id, messages, updated) values (?, ?, ?)", (conversation_id, body, now()))
+    # a resumed durable run may save its new conversation again: the same transcript
+    sql.execute(
+        "insert into conversations (id, messages, updated) values (?, ?, ?) "
+        "on conflict (id) do update set messages = excluded.messages, updated = excluded.updated",
+        (conversation_id, body, now()),
+    )
 
 
 def _update(sql: Sql, turn: Turn, body: str) -> bool:

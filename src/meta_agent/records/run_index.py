@@ -27,6 +27,19 @@ log = structlog.get_logger(__name__)
 # A running run's row stays alive this long past its last renewal; renewed three times as often.
 ALIVE_SECONDS = 30.0
 RunStatus = Literal["running", "interrupted", "done"]
+# Set once this process is stopping (a signal): its runs, cancelled by that, are interrupted, not done.
+_stopping = False
+
+
+def process_stopping() -> None:
+    """This process is stopping: a run cancelled from now on is left `interrupted` (its mark dropped at once), for
+    another replica to finish where runs are durable, instead of `done` as cancelled by its caller."""
+    global _stopping
+    _stopping = True
+
+
+def stopping() -> bool:
+    return _stopping
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +83,10 @@ class RunIndex:
                 yield
             except anyio.get_cancelled_exc_class():  # a caller that went away: cancellation goes on as it came
                 with anyio.CancelScope(shield=True):
-                    await self._write(_finish, run_id, None, "cancelled")
+                    if _stopping:
+                        await self._write(_alive, run_id, 0.0)
+                    else:
+                        await self._write(_finish, run_id, None, "cancelled")
                 raise
             except Exception as exc:  # raised below as it came, not wrapped in this task group's exception group
                 failure = exc
@@ -83,6 +99,20 @@ class RunIndex:
 
     async def finished(self, run_id: str, result: Mapping[str, Any]) -> None:
         await self._write(_finish, run_id, json.dumps(result), None)
+
+    async def given_up(self, run_id: str, why: str) -> None:
+        """The run is done without a result: it will not be finished (`why`, one line)."""
+        await self._write(_finish, run_id, None, why)
+
+    async def take_lapsed(self) -> list[tuple[str, str]]:
+        """The runs still `running` whose mark lapsed (their replica stopped), each with the replica that ran it;
+        marked alive again, so that a run is taken by one replica only (it is its to hand on). The row keeps naming
+        the replica that ran it until another runs it.
+
+        Raises:
+            self.database.errors: the database cannot be reached.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _take_lapsed, time.time(), self.alive_seconds)
 
     async def read(self, run_id: str) -> RunState | None:
         """The run's state; None: no run has that id here."""
@@ -120,11 +150,26 @@ def _why(exc: BaseException) -> str:
 
 
 def _start(sql: Sql, run_id: str, mode: str, replica: str, alive_until: float) -> None:
+    """A new run, or a run resumed on `replica` (its row is taken over)."""
     at = now()
     sql.execute(
-        "insert into runs (id, status, mode, replica, started, updated, alive_until) values (?, ?, ?, ?, ?, ?, ?)",
+        "insert into runs (id, status, mode, replica, started, updated, alive_until) values (?, ?, ?, ?, ?, ?, ?) "
+        "on conflict (id) do update set status = 'running', replica = excluded.replica, updated = excluded.updated, "
+        "alive_until = excluded.alive_until",
         (run_id, "running", mode, replica, at, at, alive_until),
     )
+
+
+def _take_lapsed(sql: Sql, at: float, alive_seconds: float) -> list[tuple[str, str]]:
+    # Locked as read: of two replicas taking at once, the second skips what the first took (SQLite: one writer).
+    lock = " for update skip locked" if sql.postgres else ""
+    rows = sql.all(
+        f"select id, replica from runs where status = 'running' and (alive_until is null or alive_until < ?){lock}",
+        (at,),
+    )
+    for run_id, _ in rows:
+        sql.execute("update runs set alive_until = ?, updated = ? where id = ?", (at + alive_seconds, now(), run_id))
+    return [(str(run_id), str(replica)) for run_id, replica in rows]
 
 
 def _alive(sql: Sql, run_id: str, alive_until: float) -> None:

@@ -1,0 +1,329 @@
+"""Durable runs (design.md §7): with a PostgreSQL database every run is a DBOS workflow, and each model turn, tool
+call and approval of it a checkpointed step, so a run whose replica dies is finished by a surviving (or the
+restarted) replica from its last completed step, and a tool call that completed never runs again.
+
+DBOS (the `dbos` library) keeps workflows and their steps in tables of the database the replicas already share
+(schema `dbos`, which DBOS migrates itself); it needs no server of its own. The loop knows nothing of it: a run's
+model, tool runner and approver are wrapped here (`RunSteps`), so that each call of theirs is a step.
+
+Replay: a resumed run runs the loop again from its start, and every step that had completed returns its recorded
+outcome instead of running, so the loop reaches the state it was in and goes on from the first step that had not
+completed. Steps run one after another, except the tool calls of one model turn, which run concurrently: their step
+numbers are drawn in the order the model gave them, as soon as its answer is known, so each call meets its own
+record however the calls interleave. find_tools and read_result are no steps: they only read the run's own state,
+which replay rebuilds.
+
+Who finishes a run whose replica died: the run index marks a running run's row alive while its replica runs it. Each
+replica looks, every third of that mark's span, for rows whose mark lapsed, takes each in one update (so only one
+replica takes it), and has DBOS resume it; DBOS's queue gives it to exactly one replica to run. A resumed run has
+no caller: nobody hears its progress, its model cannot be the host's (sampling), and a call whose approval was not
+answered before is refused. Runs of another meta-agent version are left alone (DBOS refuses to replay them with
+other code).
+
+dbos is imported only here, and only with a PostgreSQL database (about 300 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import structlog
+
+from meta_agent.core.messages import ModelRequest, ModelResponse, ToolCall
+from meta_agent.core.provider import Provider
+from meta_agent.core.tool_call import READ_RESULT, Approver, Verdict
+from meta_agent.core.tool_step import ToolRunner
+from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
+from meta_agent.errors import ConfigError
+from meta_agent.records.run_index import RunIndex
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+# A run's body: its spec and its caller (None for a resumed run, which has none) to its result.
+Body = Callable[[Any, Any], Awaitable[Any]]
+WORKFLOW = "meta-agent run"
+NOBODY_TO_ASK = "not run: the run was resumed after its replica stopped, and nobody is left to ask for approval"
+# Tools whose calls are no steps: they read only the run's own state, which a replay rebuilds.
+REPLAYED = frozenset({FIND_TOOLS, READ_RESULT})
+
+_active: DurableRuns | None = None  # DBOS is one per process, and so is this
+_workflow: Callable[[Any], Awaitable[Any]] | None = None
+
+
+def _registered() -> Callable[[Any], Awaitable[Any]]:
+    """The run workflow, registered with DBOS once per process (DBOS finds a resumed run's code by its name)."""
+    global _workflow
+    if _workflow is None:
+        from dbos import DBOS
+
+        @DBOS.workflow(name=WORKFLOW)
+        async def run_workflow(spec: Any) -> Any:
+            assert _active is not None, "a run resumed in a process whose durable runs have stopped"
+            return await _active.body_of(spec)
+
+        _workflow = run_workflow
+    return _workflow
+
+
+class DurableRuns:
+    def __init__(
+        self, url: str, replica: str, index: RunIndex, *, version: str, check_every: float | None = None
+    ) -> None:
+        """`replica`: this process's name in DBOS (its executor id) and in the run index. `version`: runs started by
+        another version are not resumed here. `check_every`: how often to look for runs to resume (a third of the
+        run index's mark by default)."""
+        self.url = url
+        self.replica = replica
+        self.index = index
+        self.version = version
+        self.check_every = check_every if check_every is not None else index.alive_seconds / 3
+        self._body: Body | None = None
+        self._callers: dict[str, Any] = {}  # by run id: the caller of a run started here, while it runs
+        self._resumed: set[asyncio.Task[Any]] = set()
+        self._watch: anyio.abc.TaskGroup | None = None
+
+    async def start(self, body: Body) -> None:
+        """Launch DBOS on this event loop (a resumed run runs on it), and look for runs to resume from now on.
+
+        Raises:
+            ConfigError: another engine of this process has durable runs already.
+        """
+        global _active
+        if _active is not None:
+            raise ConfigError("META_AGENT_DATABASE_URL: one engine per process can have durable runs")
+        _registered()  # before the launch, which may resume runs
+        from dbos import DBOS
+
+        DBOS(
+            config={
+                "name": "meta-agent",
+                "system_database_url": self.url,
+                "executor_id": self.replica,
+                "application_version": self.version,
+                "log_level": "WARNING",
+            }
+        )
+        try:
+            DBOS.launch()
+        except BaseException:
+            DBOS.destroy()
+            raise
+        self._body = body
+        _active = self
+        self._watch = anyio.create_task_group()
+        await self._watch.__aenter__()
+        self._watch.start_soon(self._resume_lapsed)
+
+    async def stop(self) -> None:
+        global _active
+        if self._watch is not None:
+            self._watch.cancel_scope.cancel()
+            await self._watch.__aexit__(None, None, None)
+            self._watch = None
+        for task in list(self._resumed):  # runs resumed here stop with it; another replica resumes them
+            task.cancel()
+        if self._resumed:
+            await asyncio.wait(list(self._resumed))
+        if _active is self:
+            from dbos import DBOS
+
+            DBOS.destroy()
+            _active = None
+
+    async def run(self, run_id: str, spec: Any, caller: Any) -> Any:
+        """Run `spec` as the durable run `run_id`, here and now (cancelling the caller cancels it)."""
+        from dbos import SetWorkflowID
+
+        self._callers[run_id] = caller
+        try:
+            with SetWorkflowID(run_id):
+                return await _registered()(spec)
+        finally:
+            self._callers.pop(run_id, None)
+
+    async def body_of(self, spec: Any) -> Any:
+        """The body of the run workflow: with its caller when it was started here, else resumed (no caller)."""
+        from dbos import DBOS
+
+        run_id = DBOS.workflow_id
+        assert self._body is not None and run_id is not None
+        caller = self._callers.get(run_id)
+        if caller is not None:
+            return await self._body(spec, caller)
+        task = asyncio.current_task()
+        assert task is not None
+        self._resumed.add(task)
+        log.info("run_resumed", run_id=run_id)
+        try:
+            return await self._body(spec, None)
+        finally:
+            self._resumed.discard(task)
+
+    def steps(self, *, can_ask: bool) -> RunSteps:
+        """The steps of the run being run now (call within its body)."""
+        return RunSteps(can_ask=can_ask)
+
+    async def _resume_lapsed(self) -> None:
+        while True:
+            await anyio.sleep(self.check_every)
+            try:
+                taken = await self.index.take_lapsed()
+            except self.index.database.errors as exc:
+                log.warning("runs_not_resumed", error=str(exc), database=self.index.database.label)
+                continue
+            for run_id, replica in taken:
+                await self._resume(run_id, replica)
+
+    async def _resume(self, run_id: str, replica: str) -> None:
+        """Hand on the run `replica` ran and stopped renewing, unless another replica runs it already (DBOS names
+        who runs it: the replica that took it from its queue)."""
+        from dbos import DBOS
+
+        try:
+            status = await DBOS.get_workflow_status_async(run_id)
+            if status is None:  # its replica died before the run's first record
+                await self.index.given_up(run_id, "interrupted before it started; it was not resumed")
+                return
+            if status.app_version not in (None, self.version):
+                await self.index.given_up(
+                    run_id, f"interrupted; not resumed: it was started by meta-agent {status.app_version}"
+                )
+                return
+            if status.status == "PENDING" and status.executor_id == replica:
+                await DBOS.resume_workflow_async(run_id)
+                log.info("run_handed_on", run_id=run_id, replica=replica)
+            # ENQUEUED: DBOS gives it to a replica; PENDING elsewhere: a replica took it and is starting it; ended:
+            # its row was left behind, its record says how it ended
+            elif status.status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
+                await self.index.given_up(run_id, f"interrupted; its durable record says {status.status.lower()}")
+        except Exception as exc:  # the next look tries again: the row's mark lapses again
+            log.warning("run_not_resumed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+
+
+class RunSteps:
+    """One durable run's steps: wrappers of its model(s), tool runner and approver whose calls are checkpointed."""
+
+    def __init__(self, *, can_ask: bool) -> None:
+        self.can_ask = can_ask  # the caller that started the run could be asked (a resumed run keeps that)
+        # The step numbers drawn for the latest model turn's calls, by call id: (its approval's, its own).
+        self._drawn: dict[str, deque[tuple[Any, Any]]] = {}
+        self._calls: dict[str, ToolCall] = {}
+
+    async def once(self, name: str, work: Callable[..., Any], *args: Any) -> Any:
+        """`work(*args)` as a step: run once; a replay gets its outcome back."""
+        from dbos import DBOS
+
+        return await DBOS.run_step_async({"name": name}, work, *args)
+
+    def model(self, provider: Provider) -> Provider:
+        return _Model(provider, self)
+
+    def tools(self, runner: ToolRunner) -> ToolRunner:
+        return _Tools(runner, self)
+
+    def approver(self, approver: Approver | None) -> Approver | None:
+        """The run's approver; None where its caller could not be asked (then such calls are refused, as always)."""
+        return _Approvals(approver, self) if self.can_ask else None
+
+    def draw(self, calls: Sequence[ToolCall]) -> None:
+        """Draw the step numbers of a model turn's calls, in the order the model gave them."""
+        from dbos import DBOS
+
+        self._drawn = {}
+        self._calls = {}
+        for call in calls:
+            self._drawn.setdefault(call.id, deque()).append((DBOS.reserve_step(), DBOS.reserve_step()))
+            self._calls.setdefault(call.id, call)
+
+    async def call_step(self, call_id: str, name: str, work: Callable[..., Awaitable[T]], *args: Any, **kw: Any) -> T:
+        drawn = self._drawn.get(call_id)
+        if not drawn:  # a call the latest model turn did not give (none does today): a step at the next number
+            from dbos import DBOS
+
+            return await DBOS.run_step_async({"name": name}, work, *args, **kw)  # type: ignore[call-overload,no-any-return]
+        _, step = drawn[0]
+        drawn.popleft()
+        return await step.run_async({"name": name}, work, *args, **kw)  # type: ignore[no-any-return]
+
+    async def approval_step(self, spec: ToolSpec, arguments: Mapping[str, Any], decide: Callable[[], Any]) -> Verdict:
+        """The approval of the latest model turn's first call of `spec` with `arguments` whose approval is not drawn
+        yet (calls that alike are interchangeable)."""
+        for call_id, drawn in self._drawn.items():
+            call = self._calls[call_id]
+            if call.name == spec.alias and call.arguments == arguments and drawn and drawn[0][0] is not None:
+                approval, step = drawn[0]
+                drawn[0] = (None, step)
+                return await approval.run_async({"name": f"approval {spec.name}"}, decide)  # type: ignore[no-any-return]
+        return await self.once(f"approval {spec.name}", decide)  # type: ignore[no-any-return]
+
+
+class _Model:
+    """A model whose every answer is a step; the answer's tool calls get their step numbers at once."""
+
+    def __init__(self, inner: Provider, steps: RunSteps) -> None:
+        self.inner = inner
+        self.steps = steps
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def accepts_images(self) -> bool:
+        return self.inner.accepts_images
+
+    async def aclose(self) -> None:  # the engine owns the model
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        response: ModelResponse = await self.steps.once(f"model {self.inner.name}", self.inner.complete, request)
+        self.steps.draw(response.tool_calls)
+        return response
+
+
+class _Tools:
+    def __init__(self, inner: ToolRunner, steps: RunSteps) -> None:
+        self.inner = inner
+        self.steps = steps
+
+    async def call(
+        self,
+        spec: ToolSpec,
+        arguments: Mapping[str, Any],
+        on_progress: ProgressFn | None = None,
+        *,
+        context: RunContext,
+    ) -> ToolOutcome:
+        if spec.internal and spec.name in REPLAYED:
+            return await self.inner.call(spec, arguments, on_progress, context=context)
+        return await self.steps.call_step(
+            context.call_id, f"tool {spec.name}", self.inner.call, spec, arguments, on_progress, context=context
+        )
+
+
+class _Approvals:
+    """The decision on a call, whether remembered from earlier or asked, is one step: a replay gets the same one, on
+    any replica, with or without its caller."""
+
+    def __init__(self, inner: Approver | None, steps: RunSteps) -> None:
+        self.inner = inner
+        self.steps = steps
+
+    def remembered(self, spec: ToolSpec) -> str | None:
+        return None  # answered in `ask`, within its step
+
+    async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        inner = self.inner
+
+        async def decide() -> Verdict:
+            if inner is None:
+                return Verdict(False, NOBODY_TO_ASK)
+            if (allowed_for := inner.remembered(spec)) is not None:
+                return Verdict(True, f"already allowed {allowed_for}")
+            return await inner.ask(spec, arguments)
+
+        return await self.steps.approval_step(spec, arguments, decide)

@@ -1,0 +1,43 @@
+"""Replicas of `meta-agent serve --transport http` on one PostgreSQL database, as the tests of the shared state start
+them, and a run read back through the resource `meta-agent://runs/{run_id}`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import ServerLog, free_port, openai_env
+from fake_llm import FakeLLM
+from mcp import Client
+
+
+def replica_environ(llm: FakeLLM, database_url: str, tmp_path: Path) -> dict[str, str]:
+    return openai_env(
+        llm,
+        model="openai:fake-model",
+        base={
+            **os.environ,
+            "META_AGENT_DATABASE_URL": database_url,
+            "META_AGENT_TRACE_DIR": str(tmp_path),
+            "META_AGENT_CONVERSATIONS_DB": str(tmp_path / "unused.sqlite3"),
+        },
+    )
+
+
+def serve_replica(config: Path, environ: dict[str, str]) -> tuple[subprocess.Popen[str], str, ServerLog]:
+    """A replica the test stops itself (killed, say): its process, its MCP URL and its log, once it listens."""
+    port = free_port()
+    command = [sys.executable, "-m", "meta_agent", "serve", "--transport", "http", "--port", str(port)]
+    proc = subprocess.Popen([*command, "--config", str(config)], env=environ, stderr=subprocess.PIPE, text=True)
+    log = ServerLog(proc.stderr)
+    log.wait_for("serving_http")
+    return proc, f"http://127.0.0.1:{port}/mcp", log
+
+
+async def read_run(client: Client, run_id: str) -> dict[str, Any]:
+    contents = (await client.read_resource(f"meta-agent://runs/{run_id}")).contents
+    return json.loads(contents[0].text)  # type: ignore[union-attr]
