@@ -171,3 +171,56 @@ async def test_a_run_whose_replica_is_stopped_by_a_deploy_is_finished_by_the_oth
         stopped.wait(timeout=30)
         assert stopped.stderr is not None
         stopped.stderr.close()
+
+
+async def test_calls_of_one_turn_meet_their_own_records_when_the_run_is_resumed(
+    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The model's two calls run at once; the second (a change) completes while the first waits. Resumed on the
+    other replica, the change gets its record back and the wait is made again, whatever order they run in."""
+    changes, there = tmp_path / "changes.txt", tmp_path / "there"
+    config = servers_json(tmp_path)
+    environ = {**replica_environ(llm, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
+    llm.reply(
+        openai_reply(
+            None,
+            ("c1", "f__wait_for_file", {"path": str(there)}),
+            ("c2", "f__append", {"path": str(changes), "text": "changed"}),
+        )
+    )
+    llm.reply(openai_reply("All done."))
+    doomed, doomed_url, _ = serve_replica(config, environ)
+    recorded = "select count(*) from dbos.operation_outputs where function_name = 'tool f.append'"
+    try:
+        with http_serving(config, environ) as (other, log):
+            progress = ProgressLog()
+
+            async def call_and_lose_it() -> None:
+                with contextlib.suppress(Exception):
+                    async with Client(doomed_url) as client:
+                        await client.call_tool("agent", {"task": "Wait and change."}, progress_callback=progress)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call_and_lose_it)
+                await progress.until(f"waiting for {there}", timeout=60)
+                with anyio.fail_after(30):
+                    while pg_cluster.psql(database_url, recorded) != "1":
+                        await anyio.sleep(0.05)  # until the change's step is recorded
+                doomed.kill()
+                doomed.wait(timeout=30)
+                tg.cancel_scope.cancel()
+            there.touch()
+            run = await done_run(f"{other}/mcp", pg_cluster.psql(database_url, "select id from runs"))
+            assert run["error"] is None and run["result"]["answer"] == "All done.", run
+            [step, _] = run["result"]["steps"]
+            assert [(call["name"], call["ok"]) for call in step["tool_calls"]] == [
+                ("f.wait_for_file", True),
+                ("f.append", True),
+            ]
+            assert changes.read_text() == "changed\n"
+            assert log.count("run_resumed") == 1
+    finally:
+        doomed.kill()
+        doomed.wait(timeout=30)
+        assert doomed.stderr is not None
+        doomed.stderr.close()

@@ -141,7 +141,8 @@ class Engine:
         self.trace_dir = settings.trace_dir or default_trace_dir()
         self.database = open_database(settings.database_url, settings.conversations_db or default_conversations_path())
         self.conversations = Conversations(self.database, lease_seconds=settings.lease_seconds)
-        replica = f"{socket.gethostname()}:{os.getpid()}"
+        # unique to this process, even in a container restarted with the same host name and pid
+        replica = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
         self.runs = RunIndex(self.database, replica, alive_seconds=settings.lease_seconds)
         self.durable: DurableRuns | None = None  # with PostgreSQL: runs survive their replica (records/durable.py)
         if settings.database_url:

@@ -39,7 +39,7 @@ from meta_agent.core.tool_call import READ_RESULT, Approver, Verdict
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.errors import ConfigError
-from meta_agent.records.run_index import RunIndex
+from meta_agent.records.run_index import RunIndex, stopping
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -142,6 +142,11 @@ class DurableRuns:
         try:
             with SetWorkflowID(run_id):
                 return await _registered()(spec)
+        except anyio.get_cancelled_exc_class():
+            if not stopping():  # its caller cancelled it: DBOS must not resume it either
+                with anyio.CancelScope(shield=True):
+                    await _cancelled(run_id)
+            raise
         finally:
             self._callers.pop(run_id, None)
 
@@ -204,6 +209,15 @@ class DurableRuns:
             log.warning("run_not_resumed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
 
 
+async def _cancelled(run_id: str) -> None:
+    from dbos import DBOS
+
+    try:
+        await DBOS.cancel_workflow_async(run_id)
+    except Exception as exc:  # its row says `done` (cancelled): no replica resumes it anyway
+        log.warning("run_not_marked_cancelled", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+
+
 class RunSteps:
     """One durable run's steps: wrappers of its model(s), tool runner and approver whose calls are checkpointed."""
 
@@ -212,6 +226,7 @@ class RunSteps:
         # The step numbers drawn for the latest model turn's calls, by call id: (its approval's, its own).
         self._drawn: dict[str, deque[tuple[Any, Any]]] = {}
         self._calls: dict[str, ToolCall] = {}
+        self._in_tool_calls = 0  # tool steps under way: a model asked meanwhile is a tool's (describe_image)
 
     async def once(self, name: str, work: Callable[..., Any], *args: Any) -> Any:
         """`work(*args)` as a step: run once; a replay gets its outcome back."""
@@ -240,14 +255,21 @@ class RunSteps:
             self._calls.setdefault(call.id, call)
 
     async def call_step(self, call_id: str, name: str, work: Callable[..., Awaitable[T]], *args: Any, **kw: Any) -> T:
-        drawn = self._drawn.get(call_id)
-        if not drawn:  # a call the latest model turn did not give (none does today): a step at the next number
-            from dbos import DBOS
+        from dbos import DBOS
 
-            return await DBOS.run_step_async({"name": name}, work, *args, **kw)  # type: ignore[call-overload,no-any-return]
-        _, step = drawn[0]
-        drawn.popleft()
-        return await step.run_async({"name": name}, work, *args, **kw)  # type: ignore[no-any-return]
+        drawn = self._drawn.get(call_id)
+        self._in_tool_calls += 1
+        try:
+            if not drawn:  # a call the latest model turn did not give (none does today): a step at the next number
+                return await DBOS.run_step_async({"name": name}, work, *args, **kw)  # type: ignore[call-overload,no-any-return]
+            _, step = drawn.popleft()
+            return await step.run_async({"name": name}, work, *args, **kw)  # type: ignore[no-any-return]
+        finally:
+            self._in_tool_calls -= 1
+
+    @property
+    def in_tool_call(self) -> bool:
+        return self._in_tool_calls > 0
 
     async def approval_step(self, spec: ToolSpec, arguments: Mapping[str, Any], decide: Callable[[], Any]) -> Verdict:
         """The approval of the latest model turn's first call of `spec` with `arguments` whose approval is not drawn
@@ -280,6 +302,8 @@ class _Model:
         return None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        if self.steps.in_tool_call:  # a tool asking the run's model (describe_image): within that tool's step
+            return await self.inner.complete(request)
         response: ModelResponse = await self.steps.once(f"model {self.inner.name}", self.inner.complete, request)
         self.steps.draw(response.tool_calls)
         return response
