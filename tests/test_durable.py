@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,17 @@ def servers_json(tmp_path: Path) -> Path:
     return config
 
 
-async def run_until_killed(url: str, task: str, killed_when: str, doomed: Any) -> None:
-    """Call `agent` on the replica at `url` and SIGKILL that replica once a progress message says `killed_when`."""
+async def run_until_killed(
+    url: str,
+    task: str,
+    killed_when: str,
+    doomed: Any,
+    *,
+    then: Callable[[], Awaitable[None]] | None = None,
+    signal: int = 9,
+) -> int:
+    """Call `agent` on the replica at `url` and send that replica `signal` (SIGKILL) once a progress message says
+    `killed_when` (and `then` has returned); its exit status."""
     progress = ProgressLog()
 
     async def call_and_lose_it() -> None:
@@ -43,9 +53,12 @@ async def run_until_killed(url: str, task: str, killed_when: str, doomed: Any) -
     async with anyio.create_task_group() as tg:
         tg.start_soon(call_and_lose_it)
         await progress.until(killed_when, timeout=60)
-        doomed.kill()
-        doomed.wait(timeout=30)
+        if then is not None:
+            await then()
+        doomed.send_signal(signal)
+        code: int = await anyio.to_thread.run_sync(doomed.wait, 30)
         tg.cancel_scope.cancel()
+    return code
 
 
 async def done_run(url: str, run_id: str, *, within: float = 60) -> dict[str, Any]:
@@ -147,19 +160,8 @@ async def test_a_run_whose_replica_is_stopped_by_a_deploy_is_finished_by_the_oth
     stopped, stopped_url, _ = serve_replica(config, environ)
     try:
         with http_serving(config, environ) as (other, log):
-            progress = ProgressLog()
-
-            async def call_and_lose_it() -> None:
-                with contextlib.suppress(Exception):
-                    async with Client(stopped_url) as client:
-                        await client.call_tool("agent", {"task": "Change it, then wait."}, progress_callback=progress)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call_and_lose_it)
-                await progress.until(f"waiting for {there}", timeout=60)
-                stopped.terminate()
-                assert await anyio.to_thread.run_sync(stopped.wait, 30) == 143
-                tg.cancel_scope.cancel()
+            task, waiting = "Change it, then wait.", f"waiting for {there}"
+            assert await run_until_killed(stopped_url, task, waiting, stopped, signal=15) == 143
             there.touch()
             run_id = pg_cluster.psql(database_url, "select id from runs")
             run = await done_run(f"{other}/mcp", run_id, within=20)  # 30 s would be the mark lapsing
@@ -193,22 +195,13 @@ async def test_calls_of_one_turn_meet_their_own_records_when_the_run_is_resumed(
     recorded = "select count(*) from dbos.operation_outputs where function_name = 'tool f.append'"
     try:
         with http_serving(config, environ) as (other, log):
-            progress = ProgressLog()
 
-            async def call_and_lose_it() -> None:
-                with contextlib.suppress(Exception):
-                    async with Client(doomed_url) as client:
-                        await client.call_tool("agent", {"task": "Wait and change."}, progress_callback=progress)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call_and_lose_it)
-                await progress.until(f"waiting for {there}", timeout=60)
+            async def change_recorded() -> None:
                 with anyio.fail_after(30):
                     while pg_cluster.psql(database_url, recorded) != "1":
                         await anyio.sleep(0.05)  # until the change's step is recorded
-                doomed.kill()
-                doomed.wait(timeout=30)
-                tg.cancel_scope.cancel()
+
+            await run_until_killed(doomed_url, "Wait and change.", f"waiting for {there}", doomed, then=change_recorded)
             there.touch()
             run = await done_run(f"{other}/mcp", pg_cluster.psql(database_url, "select id from runs"))
             assert run["error"] is None and run["result"]["answer"] == "All done.", run
