@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +30,22 @@ def replica_environ(llm: FakeLLM, database_url: str, tmp_path: Path) -> dict[str
     )
 
 
-def serve_replica(config: Path, environ: dict[str, str]) -> tuple[subprocess.Popen[str], str, ServerLog]:
-    """A replica the test stops itself (killed, say): its process, its MCP URL and its log, once it listens."""
+@contextmanager
+def replica(config: Path, environ: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str, ServerLog]]:
+    """A replica the test may kill or stop itself: its process, its MCP URL and its log, once it listens; killed, if
+    it still runs, and reaped when the block ends."""
     port = free_port()
     command = [sys.executable, "-m", "meta_agent", "serve", "--transport", "http", "--port", str(port)]
     proc = subprocess.Popen([*command, "--config", str(config)], env=environ, stderr=subprocess.PIPE, text=True)
-    log = ServerLog(proc.stderr)
-    log.wait_for("serving_http")
-    return proc, f"http://127.0.0.1:{port}/mcp", log
+    try:
+        log = ServerLog(proc.stderr)
+        log.wait_for("serving_http")
+        yield proc, f"http://127.0.0.1:{port}/mcp", log
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        assert proc.stderr is not None
+        proc.stderr.close()
 
 
 async def read_run(client: Client, run_id: str) -> dict[str, Any]:

@@ -13,12 +13,15 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import FAULT_SERVER, ProgressLog, http_serving
+from conftest import FAULT_SERVER, ProgressLog, http_serving, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from postgres_cluster import Cluster
-from replicas import read_run, replica_environ, serve_replica
+from replicas import read_run, replica, replica_environ
 
+from meta_agent.config import ServerEntry, Settings
+from meta_agent.engine import Engine
+from meta_agent.errors import ConfigError
 from meta_agent.records.database import PostgresDatabase
 from meta_agent.records.run_index import RunIndex
 
@@ -78,37 +81,24 @@ async def test_a_run_whose_replica_is_killed_is_finished_by_the_other_and_its_ch
     llm.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
     llm.reply(openai_reply(None, ("c2", "f__slow", {"seconds": 1.5, "steps": 3})))
     llm.reply(openai_reply("All done."))
-    doomed, doomed_url, _ = serve_replica(config, environ)
-    try:
-        with http_serving(config, environ) as (other, _):
-            # killed in the slow call, the second tool call: the first, which changed things, has completed
-            await run_until_killed(doomed_url, "Change it, then wait.", "step 1 of 3", doomed)
-            assert changes.read_text() == "changed\n"
-            run_id = pg_cluster.psql(database_url, "select id from runs")
-            run = await done_run(f"{other}/mcp", run_id)
-            assert run["error"] is None and run["result"]["answer"] == "All done.", run
-            calls = [call["name"] for step in run["result"]["steps"] for call in step["tool_calls"]]
-            assert calls == ["f.append", "f.slow"]
-            assert changes.read_text() == "changed\n"  # made once, by the replica that was killed
-            assert len(llm.requests) == 3  # the first two model turns were not asked again
-            # the answer landed in its conversation
-            conversation = run["result"]["conversation_id"]
-            saved = pg_cluster.psql(database_url, f"select messages from conversations where id = '{conversation}'")
-            assert json.loads(saved)[-1]["text"] == "All done."
-        # and a replica started again (the one killed, say) reads it too
-        restarted, restarted_url, _ = serve_replica(config, environ)
-        try:
-            assert (await done_run(restarted_url, run_id)) == run
-        finally:
-            restarted.terminate()
-            restarted.wait(timeout=30)
-            assert restarted.stderr is not None
-            restarted.stderr.close()
-    finally:
-        doomed.kill()
-        doomed.wait(timeout=30)
-        assert doomed.stderr is not None
-        doomed.stderr.close()
+    with replica(config, environ) as (doomed, doomed_url, _), http_serving(config, environ) as (other, _):
+        # killed in the slow call, the second tool call: the first, which changed things, has completed
+        await run_until_killed(doomed_url, "Change it, then wait.", "step 1 of 3", doomed)
+        assert changes.read_text() == "changed\n"
+        run_id = pg_cluster.psql(database_url, "select id from runs")
+        run = await done_run(f"{other}/mcp", run_id)
+        assert run["error"] is None and run["result"]["answer"] == "All done.", run
+        calls = [call["name"] for step in run["result"]["steps"] for call in step["tool_calls"]]
+        assert calls == ["f.append", "f.slow"]
+        assert changes.read_text() == "changed\n"  # made once, by the replica that was killed
+        assert len(llm.requests) == 3  # the first two model turns were not asked again
+        # the answer landed in its conversation
+        conversation = run["result"]["conversation_id"]
+        saved = pg_cluster.psql(database_url, f"select messages from conversations where id = '{conversation}'")
+        assert json.loads(saved)[-1]["text"] == "All done."
+    # and a replica started again (the one killed, say) reads it too
+    with replica(config, environ) as (_, restarted_url, _):
+        assert (await done_run(restarted_url, run_id)) == run
 
 
 async def test_a_run_whose_only_replica_is_killed_reads_interrupted_until_a_replica_starts_again_and_finishes_it(
@@ -120,14 +110,8 @@ async def test_a_run_whose_only_replica_is_killed_reads_interrupted_until_a_repl
     llm.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
     there = tmp_path / "there"
     llm.reply(openai_reply(None, ("c2", "f__wait_for_file", {"path": str(there)})))
-    doomed, doomed_url, _ = serve_replica(config, environ)
-    try:
+    with replica(config, environ) as (doomed, doomed_url, _):
         await run_until_killed(doomed_url, "Change it, then wait.", f"waiting for {there}", doomed)
-    finally:
-        doomed.kill()
-        doomed.wait(timeout=30)
-        assert doomed.stderr is not None
-        doomed.stderr.close()
     run_id = pg_cluster.psql(database_url, "select id from runs")
     index = RunIndex(PostgresDatabase(database_url), "reader")
     with anyio.fail_after(30):
@@ -157,22 +141,15 @@ async def test_a_run_whose_replica_is_stopped_by_a_deploy_is_finished_by_the_oth
     llm.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
     llm.reply(openai_reply(None, ("c2", "f__wait_for_file", {"path": str(there)})))
     llm.reply(openai_reply("All done."))
-    stopped, stopped_url, _ = serve_replica(config, environ)
-    try:
-        with http_serving(config, environ) as (other, log):
-            task, waiting = "Change it, then wait.", f"waiting for {there}"
-            assert await run_until_killed(stopped_url, task, waiting, stopped, signal=15) == 143
-            there.touch()
-            run_id = pg_cluster.psql(database_url, "select id from runs")
-            run = await done_run(f"{other}/mcp", run_id, within=20)  # 30 s would be the mark lapsing
-            assert run["error"] is None and run["result"]["answer"] == "All done.", run
-            assert changes.read_text() == "changed\n"
-            assert log.count("run_resumed") == 1
-    finally:
-        stopped.kill()
-        stopped.wait(timeout=30)
-        assert stopped.stderr is not None
-        stopped.stderr.close()
+    with replica(config, environ) as (stopped, stopped_url, _), http_serving(config, environ) as (other, log):
+        task, waiting = "Change it, then wait.", f"waiting for {there}"
+        assert await run_until_killed(stopped_url, task, waiting, stopped, signal=15) == 143
+        there.touch()
+        run_id = pg_cluster.psql(database_url, "select id from runs")
+        run = await done_run(f"{other}/mcp", run_id, within=20)  # 30 s would be the mark lapsing
+        assert run["error"] is None and run["result"]["answer"] == "All done.", run
+        assert changes.read_text() == "changed\n"
+        assert log.count("run_resumed") == 1
 
 
 async def test_calls_of_one_turn_meet_their_own_records_when_the_run_is_resumed(
@@ -191,29 +168,50 @@ async def test_calls_of_one_turn_meet_their_own_records_when_the_run_is_resumed(
         )
     )
     llm.reply(openai_reply("All done."))
-    doomed, doomed_url, _ = serve_replica(config, environ)
     recorded = "select count(*) from dbos.operation_outputs where function_name = 'tool f.append'"
-    try:
-        with http_serving(config, environ) as (other, log):
 
-            async def change_recorded() -> None:
-                with anyio.fail_after(30):
-                    while pg_cluster.psql(database_url, recorded) != "1":
-                        await anyio.sleep(0.05)  # until the change's step is recorded
+    async def change_recorded() -> None:
+        with anyio.fail_after(30):
+            while pg_cluster.psql(database_url, recorded) != "1":
+                await anyio.sleep(0.05)  # until the change's step is recorded
 
-            await run_until_killed(doomed_url, "Wait and change.", f"waiting for {there}", doomed, then=change_recorded)
-            there.touch()
-            run = await done_run(f"{other}/mcp", pg_cluster.psql(database_url, "select id from runs"))
-            assert run["error"] is None and run["result"]["answer"] == "All done.", run
-            [step, _] = run["result"]["steps"]
-            assert [(call["name"], call["ok"]) for call in step["tool_calls"]] == [
-                ("f.wait_for_file", True),
-                ("f.append", True),
-            ]
-            assert changes.read_text() == "changed\n"
-            assert log.count("run_resumed") == 1
-    finally:
-        doomed.kill()
-        doomed.wait(timeout=30)
-        assert doomed.stderr is not None
-        doomed.stderr.close()
+    with replica(config, environ) as (doomed, doomed_url, _), http_serving(config, environ) as (other, log):
+        await run_until_killed(doomed_url, "Wait and change.", f"waiting for {there}", doomed, then=change_recorded)
+        there.touch()
+        run = await done_run(f"{other}/mcp", pg_cluster.psql(database_url, "select id from runs"))
+        assert run["error"] is None and run["result"]["answer"] == "All done.", run
+        [step, _] = run["result"]["steps"]
+        assert [(call["name"], call["ok"]) for call in step["tool_calls"]] == [
+            ("f.wait_for_file", True),
+            ("f.append", True),
+        ]
+        assert changes.read_text() == "changed\n"
+        assert log.count("run_resumed") == 1
+
+
+async def test_a_durable_run_its_caller_cancels_is_cancelled_for_good_and_one_engine_per_process_has_them(
+    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """In this process: a run cancelled by its caller is cancelled in DBOS too (left pending, a replica of the same
+    name would resume it), and a second engine with durable runs is refused in one line."""
+    settings = Settings(model="openai:fake-model", database_url=database_url, trace_dir=tmp_path)
+    servers = {"f": ServerEntry(command=sys.executable, args=[str(FAULT_SERVER)])}
+    llm.reply(openai_reply(None, ("c1", "f__hang", {})))
+    async with Engine(settings, servers, openai_env(llm)) as engine:
+        with pytest.raises(
+            ConfigError, match=r"^META_AGENT_DATABASE_URL: one engine per process can have durable runs$"
+        ):
+            async with Engine(settings, {}, openai_env(llm)):
+                pass
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: engine.run("Wait forever.", mode="agent"))
+            with anyio.fail_after(30):
+                while len(llm.requests) < 1 or engine.pool["f"].status.state != "ready":
+                    await anyio.sleep(0.05)  # polling for the run to be in its tool call, not waiting a fixed time
+                while pg_cluster.psql(database_url, "select count(*) from dbos.operation_outputs") == "0":
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    run_id = pg_cluster.psql(database_url, "select id from runs")
+    status = f"select status from dbos.workflow_status where workflow_uuid = '{run_id}'"
+    assert pg_cluster.psql(database_url, status) == "CANCELLED"
+    assert pg_cluster.psql(database_url, f"select status, error from runs where id = '{run_id}'") == "done|cancelled"

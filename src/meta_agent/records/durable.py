@@ -26,8 +26,8 @@ dbos is imported only here, and only with a PostgreSQL database (about 300 ms).
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -223,9 +223,7 @@ class RunSteps:
 
     def __init__(self, *, can_ask: bool) -> None:
         self.can_ask = can_ask  # the caller that started the run could be asked (a resumed run keeps that)
-        # The step numbers drawn for the latest model turn's calls, by call id: (its approval's, its own).
-        self._drawn: dict[str, deque[tuple[Any, Any]]] = {}
-        self._calls: dict[str, ToolCall] = {}
+        self._drawn: list[_Drawn] = []  # the latest model turn's calls, in its order, with their step numbers
         self._in_tool_calls = 0  # tool steps under way: a model asked meanwhile is a tool's (describe_image)
 
     async def once(self, name: str, work: Callable[..., Any], *args: Any) -> Any:
@@ -248,21 +246,17 @@ class RunSteps:
         """Draw the step numbers of a model turn's calls, in the order the model gave them."""
         from dbos import DBOS
 
-        self._drawn = {}
-        self._calls = {}
-        for call in calls:
-            self._drawn.setdefault(call.id, deque()).append((DBOS.reserve_step(), DBOS.reserve_step()))
-            self._calls.setdefault(call.id, call)
+        self._drawn = [_Drawn(call, DBOS.reserve_step(), DBOS.reserve_step()) for call in calls]
 
     async def call_step(self, call_id: str, name: str, work: Callable[..., Awaitable[T]], *args: Any, **kw: Any) -> T:
         from dbos import DBOS
 
-        drawn = self._drawn.get(call_id)
+        drawn = next((d for d in self._drawn if d.call.id == call_id and d.step is not None), None)
         self._in_tool_calls += 1
         try:
-            if not drawn:  # a call the latest model turn did not give (none does today): a step at the next number
+            if drawn is None:  # a call the latest model turn did not give (none does today): the next step number
                 return await DBOS.run_step_async({"name": name}, work, *args, **kw)  # type: ignore[call-overload,no-any-return]
-            _, step = drawn.popleft()
+            step, drawn.step = drawn.step, None
             return await step.run_async({"name": name}, work, *args, **kw)  # type: ignore[no-any-return]
         finally:
             self._in_tool_calls -= 1
@@ -274,13 +268,21 @@ class RunSteps:
     async def approval_step(self, spec: ToolSpec, arguments: Mapping[str, Any], decide: Callable[[], Any]) -> Verdict:
         """The approval of the latest model turn's first call of `spec` with `arguments` whose approval is not drawn
         yet (calls that alike are interchangeable)."""
-        for call_id, drawn in self._drawn.items():
-            call = self._calls[call_id]
-            if call.name == spec.alias and call.arguments == arguments and drawn and drawn[0][0] is not None:
-                approval, step = drawn[0]
-                drawn[0] = (None, step)
+        for drawn in self._drawn:
+            call = drawn.call
+            if call.name == spec.alias and call.arguments == arguments and drawn.approval is not None:
+                approval, drawn.approval = drawn.approval, None
                 return await approval.run_async({"name": f"approval {spec.name}"}, decide)  # type: ignore[no-any-return]
         return await self.once(f"approval {spec.name}", decide)  # type: ignore[no-any-return]
+
+
+@dataclass
+class _Drawn:
+    """A call of a model turn and the step numbers drawn for it (None once used): its approval's, its own."""
+
+    call: ToolCall
+    approval: Any
+    step: Any
 
 
 class _Model:
