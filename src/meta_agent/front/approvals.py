@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 import mcp.types as t
+import structlog
 from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
 from mcp.server.session import ServerSession
@@ -38,9 +39,12 @@ from meta_agent.children.questions import Questions
 from meta_agent.core.event_lines import arguments_line
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
-from meta_agent.front.parked import ParkedRun, Sink
+from meta_agent.front.parked import ANSWERED, NO_LONGER_PENDING, ParkedRun, Sink
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
+from meta_agent.records.parking import Note, SharedRounds
+
+log = structlog.get_logger(__name__)
 
 INPUT_KEY = "approval"
 CHOICES = {"allow_once": "allowed once", "allow_session": "allowed for this {scope}", "deny": "denied"}
@@ -246,10 +250,15 @@ class ParkedApprover:
 
 
 class ParkedRuns:
-    """The parked runs of 2026-07-28 callers that can be asked, run in a task group the server's lifespan owns."""
+    """The parked runs of 2026-07-28 callers that can be asked, run in a task group the server's lifespan owns.
 
-    def __init__(self, tg: anyio.abc.TaskGroup) -> None:
+    With `shared` (replicas on one PostgreSQL database) a retry answering a run parked on another replica is taken
+    here: its answer goes to that run through the database, and this round reports that run's progress and returns
+    its next question or its result (meta_agent.records.parking)."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup, shared: SharedRounds | None = None) -> None:
         self._tg = tg
+        self._shared = shared
         self._runs: dict[str, ParkedRun] = {}
 
     async def drive(
@@ -258,16 +267,26 @@ class ParkedRuns:
         """One round of a call: start the run (first call) or resume it with the caller's answer (a retry); then
         wait for its next question or its result. A new run remembers what the user allows "for this `scope`" in
         `allowed` (a retry goes on with its run's own)."""
+        after = 0
         if ctx.request_state:
-            resumed = self._resume(ctx.request_state, ctx.input_responses or {})
-            if isinstance(resumed, t.CallToolResult):
-                return resumed
-            run = resumed
+            parked_id, _, seq = ctx.request_state.partition(":")
+            if not seq.isdigit():
+                return tool_error(NO_LONGER_PENDING)
+            after = int(seq)
+            responses = ctx.input_responses or {}
+            found = self._runs.get(parked_id)
+            if found is None:
+                if self._shared is None:
+                    return tool_error(NO_LONGER_PENDING)
+                return await self._elsewhere(ctx, parked_id, after, responses)
+            if (why := await self._answer(found, after, responses)) is not None:
+                return tool_error(why)
+            run = found
         else:
             run = self._start(ctx, work, allowed, scope)
         progress = Progress(ctx, ticks=run.ticks)
         try:
-            outcome = await run.next_round(progress)
+            outcome = await run.next_round(progress, after)
         finally:
             progress.close()
         return outcome if isinstance(outcome, t.CallToolResult) else outcome.round(run.id)
@@ -275,20 +294,54 @@ class ParkedRuns:
     def _start(self, ctx: Context, work: Work, allowed: set[str], scope: str) -> ParkedRun:
         """A new run, its approvals asked in rounds, and its children's questions too (`ParkedRun` answers them)."""
         caps = ctx.client_capabilities
-        run = ParkedRun(sampling=caps is not None and caps.sampling is not None)
+        run = ParkedRun(sampling=caps is not None and caps.sampling is not None, shared=self._shared)
         self._runs[run.id] = run
         approver = ParkedApprover(run, allowed, scope)
         self._tg.start_soon(run.execute, partial(work, run.emit, approver, run), lambda: self._runs.pop(run.id, None))
         return run
 
-    def _resume(self, state: str, responses: Mapping[str, t.InputResponse]) -> ParkedRun | t.CallToolResult:
-        """The run a retry carrying `state` answers, given the caller's `responses`; or why it cannot go on."""
-        run_id, _, seq = state.partition(":")
-        run = self._runs.get(run_id)
-        if run is None or not seq.isdigit():
-            return tool_error("this question is no longer pending (answered, or not answered in time); call again")
-        if run.round_live:
-            return tool_error("another round of this call is already waiting; answer that one")
-        if not run.answer(int(seq), responses):
-            return tool_error("that question was answered already, or is no longer pending")
-        return run
+    async def _answer(self, run: ParkedRun, seq: int, responses: Mapping[str, t.InputResponse]) -> str | None:
+        """Give question `seq` of a run parked here the caller's `responses`; or why it cannot be answered. Where
+        rounds are shared, the database takes the answer first: a retry of the same round through another replica
+        must not answer it too."""
+        if (why := run.can_answer(seq)) is not None:
+            return why
+        if self._shared is not None:
+            try:
+                if await self._shared.answer(run.id, seq, _dumped(responses)) is not None:
+                    return ANSWERED
+            except self._shared.database.errors as exc:
+                log.warning("parked_answer_not_shared", parked=run.id, error=str(exc))
+        return None if run.answer(seq, responses) else ANSWERED
+
+    async def _elsewhere(
+        self, ctx: Context, parked_id: str, seq: int, responses: Mapping[str, t.InputResponse]
+    ) -> t.CallToolResult | t.InputRequiredResult:
+        """Answer question `seq` of a run parked on another replica, and wait for its next outcome here."""
+        assert self._shared is not None
+        shared = self._shared
+
+        async def report(tick: int, message: str) -> None:
+            await ctx.report_progress(tick, None, message)
+
+        try:
+            if (refused := await shared.answer(parked_id, seq, _dumped(responses))) is not None:
+                return tool_error(NO_LONGER_PENDING if refused == "gone" else ANSWERED)
+            try:
+                outcome, run_id = await shared.next_outcome(parked_id, seq, report)
+            except anyio.get_cancelled_exc_class():  # the caller gave up on this round: stop the run
+                with anyio.CancelScope(shield=True):
+                    await shared.notify(Note(parked_id, "cancel"))
+                raise
+        except shared.database.errors as exc:
+            return tool_error(f"cannot reach the database the replicas share ({shared.database.label}): {exc}")
+        if outcome is None:
+            where = f"; read meta-agent://runs/{run_id} for how its run ended" if run_id else ""
+            return tool_error(f"the replica running this call stopped before the call ended{where}")
+        if outcome.final:
+            return t.CallToolResult.model_validate(outcome.body)
+        return t.InputRequiredResult.model_validate(outcome.body)
+
+
+def _dumped(responses: Mapping[str, t.InputResponse]) -> dict[str, Any]:
+    return {key: response.model_dump(mode="json", by_alias=True) for key, response in responses.items()}

@@ -14,15 +14,21 @@ import itertools
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 import anyio
 import mcp.types as t
 import structlog
+from mcp.server.request_state import AESGCMRequestStateCodec
 from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter, ValidationError
 from ulid import ULID
 
 from meta_agent.core import events as ev
+from meta_agent.front.progress import progress_message
 from meta_agent.front.tool_results import tool_error
+from meta_agent.records.parking import Outcome, SharedRounds
 
 log = structlog.get_logger(__name__)
 
@@ -30,6 +36,8 @@ log = structlog.get_logger(__name__)
 PARK_TIMEOUT = 600.0
 # Events of a parked run kept for its next round (a parallel call's result, heartbeats); older ones are dropped.
 BACKLOG = 200
+NO_LONGER_PENDING = "this question is no longer pending (answered, or not answered in time); call again"
+ANSWERED = "that question was answered already, or is no longer pending"
 # The `input_requests` key of a child's question (the loop's approvals have their own: approvals.INPUT_KEY).
 QUESTION_KEY = "question"
 
@@ -66,18 +74,27 @@ class ParkedRun:
     Questions go out one at a time, each with its own number; a retry answers the question whose number it carries,
     once, and only while that question is pending. One round of the call is live at a time. `sampling` says whether
     the caller declared the sampling capability (without it, a child's sampling request is refused, unasked).
+
+    The run's outcomes are numbered like its questions: question n is outcome n, and the call's result follows the
+    last question. A round that answered question n waits for the first outcome after n. With `shared` (replicas on
+    one PostgreSQL database) every outcome is also posted there, an answer may come through another replica, and
+    then so does the next round, which hears the run's progress through the database too.
     """
 
-    def __init__(self, *, sampling: bool = False) -> None:
+    def __init__(self, *, sampling: bool = False, shared: SharedRounds | None = None) -> None:
         self.id = str(ULID())
         self.scope = anyio.CancelScope()
         self.ticks = itertools.count(1)  # progress keeps counting up across the rounds
+        self.shared = shared
         self._sampling = sampling
-        self._to_caller, self._from_run = anyio.create_memory_object_stream[Question | t.CallToolResult](1)
         self._asking = anyio.Lock()
         self._seq = 0
         self._pending: _Pending | None = None
+        self._outcome: tuple[int, Question | t.CallToolResult] | None = None  # the latest, and its number
+        self._posted = anyio.Event()  # set (and replaced) when an outcome is posted
+        self._ended = False
         self._round_live = False
+        self._remote = False  # the live round is another replica's (it took the latest answer)
         self._sink: Sink | None = None
         self._backlog: deque[ev.Event] = deque(maxlen=BACKLOG)
 
@@ -88,15 +105,19 @@ class ParkedRun:
         none came under `key`, none came in time (the run is then reaped), or the run ended first."""
         # One question at a time: a step's concurrent approvals, and children asking meanwhile, wait their turn.
         async with self._asking:
+            if self._ended:
+                return None  # a child asking late: no round will carry the question
             self._seq += 1
             pending = self._pending = _Pending(self._seq, key)
             try:
-                await self._to_caller.send(Question(pending.seq, key, request))
+                await self._post(pending.seq, Question(pending.seq, key, request))
                 with anyio.move_on_after(PARK_TIMEOUT):
-                    await pending.answered.wait()
+                    async with anyio.create_task_group() as answers:
+                        if self.shared is not None:
+                            answers.start_soon(self._answer_from_elsewhere, pending)
+                        await pending.answered.wait()
+                        answers.cancel_scope.cancel()
                     return pending.response
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                return None  # the run has ended (a child asked late): no round will carry the question
             finally:
                 self._pending = None
         log.warning("parked_run_reaped", parked=self.id, asked=key, after_s=PARK_TIMEOUT)
@@ -123,9 +144,14 @@ class ParkedRun:
         return answer
 
     async def emit(self, event: ev.Event) -> None:
-        """Progress goes to whichever round of the call is live; between rounds it waits for the next one."""
+        """Progress goes to whichever round of the call is live, here or on another replica; between rounds it waits
+        for the next one."""
+        if isinstance(event, ev.RunStarted) and self.shared is not None:
+            await self._tell(self.shared.running, self.id, event.run_id)
         if self._sink is not None:
             await self._sink(event)
+        elif self._remote:
+            await self._relay(event)
         else:
             self._backlog.append(event)
 
@@ -133,57 +159,144 @@ class ParkedRun:
         """Run `work` to its result, which the next round collects; `done` once it has ended, however it ended."""
         answered = False
         try:
+            if self.shared is not None:
+                await self._tell(self.shared.opened, self.id, self.scope.cancel)
             with self.scope:
                 try:
                     result = await work()
                 except Exception as exc:  # a bug must end this call with an error, not the server's lifespan
                     log.exception("parked_run_failed", parked=self.id)
                     result = tool_error(f"the run failed: {type(exc).__name__}: {exc}")
-                await self._to_caller.send(result)
+                await self._post(self._seq + 1, result)
                 answered = True
         finally:
-            self._to_caller.close()
+            self._ended = True
             if self._pending is not None:  # a child still asking (from its own task): nobody will answer now
                 self._pending.answered.set()
-            if not answered:  # reaped or cancelled: no round will come to collect anything
-                self._from_run.close()
+            if not answered:  # reaped or cancelled: a round waiting (here or elsewhere) learns the run ended
+                with anyio.CancelScope(shield=True):
+                    await self._post(self._seq + 1, _ended())
+            if self.shared is not None:
+                self.shared.ended(self.id)
             done()
 
     # -- the caller's side -----------------------------------------------------------------------------------------
 
+    def can_answer(self, seq: int) -> str | None:
+        """Why question `seq` cannot be answered here now, or None."""
+        pending = self._pending
+        if self._round_live:
+            return "another round of this call is already waiting; answer that one"
+        if pending is None or pending.seq != seq or pending.answered.is_set():
+            return ANSWERED
+        return None
+
     def answer(self, seq: int, responses: Mapping[str, t.InputResponse]) -> bool:
         """Hand the caller's `responses` to question `seq`; False if that question is not the one pending (answered,
         replayed)."""
-        pending = self._pending
-        if self._round_live or pending is None or pending.seq != seq or pending.answered.is_set():
+        if self.can_answer(seq) is not None:
             return False
-        pending.response = responses.get(pending.key)
-        pending.answered.set()
+        assert self._pending is not None
+        self._pending.response = responses.get(self._pending.key)
+        self._pending.answered.set()
         return True
 
     @property
     def round_live(self) -> bool:
         return self._round_live
 
-    async def next_round(self, sink: Sink) -> Question | t.CallToolResult:
-        """Wait for the run's next question or its result, reporting progress to this round meanwhile."""
+    async def next_round(self, sink: Sink, after: int = 0) -> Question | t.CallToolResult:
+        """Wait for the run's first outcome after question `after` (0: its first), reporting progress to this round
+        meanwhile."""
         self._round_live = True
         self._sink = sink
         try:
             while self._backlog:
                 await sink(self._backlog.popleft())
-            outcome = await self._from_run.receive()
+            while (self._outcome is None or self._outcome[0] <= after) and not self._ended:
+                await self._posted.wait()
+            outcome = self._outcome[1] if self._outcome is not None and self._outcome[0] > after else _ended()
         except anyio.get_cancelled_exc_class():
             self.scope.cancel()  # the caller gave up on this round: stop the run
             raise
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            outcome = _ended()
         finally:
             self._sink = None
             self._round_live = False
-        if isinstance(outcome, t.CallToolResult):
-            self._from_run.close()
+        if isinstance(outcome, t.CallToolResult) and self.shared is not None:
+            await self._tell(self.shared.collected, self.id)
         return outcome
+
+    # -- below -----------------------------------------------------------------------------------------------------
+
+    async def _post(self, seq: int, outcome: Question | t.CallToolResult) -> None:
+        self._outcome = (seq, outcome)
+        self._remote = False  # the round on another replica ends with this outcome
+        posted, self._posted = self._posted, anyio.Event()
+        posted.set()
+        if self.shared is not None:
+            body = outcome if isinstance(outcome, t.CallToolResult) else outcome.round(self.id)
+            dumped = body.model_dump(mode="json", by_alias=True)
+            await self._tell(self.shared.post, self.id, Outcome(seq, dumped, final=body is outcome))
+
+    async def _answer_from_elsewhere(self, pending: _Pending) -> None:
+        """Take the answer to `pending` given through another replica; that replica's round is live from now on."""
+        assert self.shared is not None
+        try:
+            answer = await self.shared.answer_to(self.id, pending.seq)
+        except self.shared.database.errors as exc:
+            log.warning("parked_answer_not_heard", parked=self.id, error=str(exc))
+            return  # an answer through this replica still comes
+        if answer is None or pending.answered.is_set():
+            return
+        try:
+            responses = responses_type().validate_python(answer)
+        except ValidationError:
+            responses = {}
+        self._remote = True
+        pending.response = responses.get(pending.key)
+        pending.answered.set()
+        while self._backlog and self._remote:
+            await self._relay(self._backlog.popleft())
+
+    async def _relay(self, event: ev.Event) -> None:
+        """`event` to the live round on another replica."""
+        assert self.shared is not None
+        if (message := progress_message(event)) is not None:
+            await self._tell(self.shared.progress, self.id, next(self.ticks), message)
+
+    async def _tell(self, write: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """A write to the shared rounds; one that fails is logged: rounds through this replica still work."""
+        assert self.shared is not None
+        try:
+            await write(*args)
+        except self.shared.database.errors as exc:
+            log.warning("parked_round_not_shared", parked=self.id, error=str(exc), database=self.shared.database.label)
+
+
+@cache
+def responses_type() -> TypeAdapter[dict[str, t.InputResponse]]:
+    """What a retry's `inputResponses` hold (built on first use: only replicas sharing rounds read them as JSON)."""
+    return TypeAdapter(dict[str, t.InputResponse])
+
+
+class SharedKey:
+    """The request-state codec of replicas sharing a database: AES-GCM under the key they share, which the server's
+    lifespan reads from the database (`use`) before any request is served; without it, a round sealed by one replica
+    could not be unsealed by another."""
+
+    def __init__(self) -> None:
+        self._codec: AESGCMRequestStateCodec | None = None
+
+    def use(self, key: bytes) -> None:
+        self._codec = AESGCMRequestStateCodec([key])
+
+    def seal(self, payload: bytes) -> str:
+        assert self._codec is not None, "a request state sealed before the shared key was read"
+        return self._codec.seal(payload)
+
+    def unseal(self, token: str) -> bytes:
+        assert self._codec is not None, "a request state unsealed before the shared key was read"
+        return self._codec.unseal(token)
 
 
 def _ended() -> t.CallToolResult:

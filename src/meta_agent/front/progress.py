@@ -23,14 +23,15 @@ class Progress:
         self._open = True
 
     async def __call__(self, event: ev.Event) -> None:
-        if not self._open:
-            return
-        if isinstance(event, ev.RunFinished) and event.result.stop_reason == "cancelled":
-            return  # the caller cancelled: it is not listening, and there will be no result
-        message = describe(event)
-        if message is None:
-            return
-        await self._ctx.report_progress(next(self._ticks), None, message)
+        if self._open and (message := progress_message(event)) is not None:
+            await self._ctx.report_progress(next(self._ticks), None, message)
 
     def close(self) -> None:
         self._open = False
+
+
+def progress_message(event: ev.Event) -> str | None:
+    """What a progress notification says of `event`; None: nothing."""
+    if isinstance(event, ev.RunFinished) and event.result.stop_reason == "cancelled":
+        return None  # the caller cancelled: it is not listening, and there will be no result
+    return describe(event)

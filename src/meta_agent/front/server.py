@@ -23,6 +23,7 @@ import structlog
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
+from mcp.server.request_state import RequestStateSecurity
 from pydantic import Field, ValidationError
 
 from meta_agent.children.questions import Questions
@@ -32,7 +33,7 @@ from meta_agent.core.provider import Provider
 from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver
 from meta_agent.engine import Engine
-from meta_agent.errors import MetaAgentError, summary
+from meta_agent.errors import ConfigError, MetaAgentError, summary
 from meta_agent.front.approvals import (
     ConversationAllowances,
     ForwardedQuestions,
@@ -45,11 +46,13 @@ from meta_agent.front.approvals import (
 )
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.front.host_logs import HostLogs
+from meta_agent.front.parked import SharedKey
 from meta_agent.front.progress import Progress
 from meta_agent.front.subscriptions import ToolboxSubscribers
 from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.providers.sampling import SamplingProvider
+from meta_agent.records.parking import SharedRounds
 from meta_agent.records.traces import Redactor
 from meta_agent.version import __version__
 
@@ -90,17 +93,22 @@ class MetaAgentServer(MCPServer[Front]):
     when its HTTP caller goes away, on either era (meta_agent.front.call_guard).
     """
 
-    def __init__(self, open_engine: Callable[[], Engine], *, hold_children: bool = False) -> None:
+    def __init__(
+        self, open_engine: Callable[[], Engine], *, hold_children: bool = False, shared_state: bool = False
+    ) -> None:
+        """`shared_state`: replicas share a PostgreSQL database, and with it the key that seals request states."""
         self.engine: Engine | None = None
         self.hold_children = hold_children
         self._open_engine = open_engine
         self.subscribers = ToolboxSubscribers(TOOLBOX_URI)
+        self._shared_key = SharedKey() if shared_state else None
         super().__init__(
-            "meta-agent",
+            "meta-agent",  # also the audience of sealed request states, the same on every replica
             version=__version__,
             instructions=INSTRUCTIONS,
             lifespan=self._lifespan,
             subscriptions=self.subscribers.bus,
+            request_state_security=None if self._shared_key is None else RequestStateSecurity(codec=self._shared_key),
         )
         # MCPServer offers no public way to add a spec request handler.
         self.subscribers.install(self._lowlevel_server)
@@ -119,14 +127,29 @@ class MetaAgentServer(MCPServer[Front]):
     async def _lifespan(self, _server: MCPServer[Front]) -> AsyncIterator[Front]:
         engine = self._open_engine()
         engine.on_toolbox_change(self.subscribers.changed)
-        async with engine, anyio.create_task_group() as background:
+        async with engine, self._shared_rounds(engine) as shared, anyio.create_task_group() as background:
             self.engine = engine
             background.start_soon(self.subscribers.deliver)
             try:
-                yield Front(engine, ParkedRuns(background), SessionAllowances())
+                yield Front(engine, ParkedRuns(background, shared), SessionAllowances())
             finally:
                 self.engine = None
                 background.cancel_scope.cancel()
+
+    @asynccontextmanager
+    async def _shared_rounds(self, engine: Engine) -> AsyncIterator[SharedRounds | None]:
+        """The parked rounds every replica of a shared database sees, and the key they seal request states with."""
+        url = engine.settings.database_url
+        if self._shared_key is None or url is None:
+            yield None
+            return
+        shared = SharedRounds(engine.database, url, engine.runs.replica, alive_seconds=engine.settings.lease_seconds)
+        try:
+            self._shared_key.use(await shared.secret())
+        except engine.database.errors as exc:
+            raise ConfigError(f"META_AGENT_DATABASE_URL: cannot use {engine.database.label}: {exc}") from None
+        async with shared.serving():
+            yield shared
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -182,7 +205,7 @@ def build_server(
         serving=True,
         hold_children=hold_children,
     )
-    server = MetaAgentServer(open_engine, hold_children=hold_children)
+    server = MetaAgentServer(open_engine, hold_children=hold_children, shared_state=settings.database_url is not None)
     _add_run_tools(server)
     # Listed where the model would see it, no further: a tool that can only fail is not offered (the toolbox
     # resource says why it is withheld).

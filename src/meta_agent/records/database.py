@@ -75,7 +75,18 @@ def _runs(sql: Sql) -> None:
     )
 
 
-MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs)
+def _parked_rounds(sql: Sql) -> None:
+    """3: the rounds of parked runs, and the key that seals their request states (meta_agent.records.parking)."""
+    real = "double precision" if sql.postgres else "real"
+    sql.execute(
+        "create table parked_rounds (id text primary key, replica text not null, run_id text,"
+        " asked integer not null, outcome text, final integer not null default 0, answered_by text, answer text,"
+        f" alive_until {real})"
+    )
+    sql.execute("create table meta_agent_secrets (name text primary key, value text not null)")
+
+
+MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _parked_rounds)
 
 
 class Database:
