@@ -30,14 +30,18 @@ def accept(decision: str) -> dict[str, t.InputResponse]:
 
 
 async def round_(
-    url: str, state: str | None = None, decision: str | None = None, progress: ProgressLog | None = None
+    url: str,
+    state: str | None = None,
+    decision: str | None = None,
+    progress: ProgressLog | None = None,
+    **arguments: Any,
 ) -> Any:
     """One round of an `agent` call on the replica at `url`, as a caller of its own (no session to share)."""
     async with Client(url, elicitation_callback=decline) as client:
         assert client.protocol_version == "2026-07-28"
         return await client.session.call_tool(
             "agent",
-            {"task": "delete two files"},
+            {"task": "delete files", **arguments},
             allow_input_required=True,
             input_responses=accept(decision) if decision else None,
             request_state=state,
@@ -125,3 +129,26 @@ async def test_a_round_waiting_on_one_replica_for_a_run_whose_replica_is_killed_
                     await anyio.sleep(0.1)  # polling the run's status, as the caller told to would
     assert run["error"] is None and run["result"]["answer"] == "All done.", run
     assert changes.read_text() == "changed\n"  # approved once, made once
+
+
+async def test_a_tool_allowed_for_the_conversation_on_one_replica_is_not_asked_again_on_the_other(
+    database_url: str, llm_endpoint: FakeLLM, tmp_path: Path
+) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"f": {"command": sys.executable, "args": [str(FAULT_SERVER)]}}}))
+    environ = replica_environ(llm_endpoint, database_url, tmp_path)
+    llm_endpoint.clear()
+    for path in ("/a", "/b"):
+        llm_endpoint.reply(openai_reply(None, ("c1", "f__delete_file", {"path": path})))
+        llm_endpoint.reply(openai_reply(f"done with {path}"))
+    with replica(config, environ) as (_, one, _), replica(config, environ) as (_, other, _):
+        first = await round_(one)
+        assert "for the rest of this conversation" in str(first.input_requests["approval"].params.requested_schema)
+        done = await round_(one, first.request_state, "allow_session")
+        assert isinstance(done, t.CallToolResult) and not done.is_error, done
+        assert done.structured_content is not None
+        heard = ProgressLog()
+        again = await round_(other, progress=heard, conversation_id=done.structured_content["conversation_id"])
+        assert isinstance(again, t.CallToolResult), again  # not asked: no input-required round
+        assert again.structured_content is not None and again.structured_content["answer"] == "done with /b"
+        assert "step 1 · f.delete_file allowed: already allowed for this conversation" in heard.messages

@@ -10,7 +10,8 @@ questions during a call on to that user.
   sampling (key "question", the child's request as it came), one question at a time. "Allow for this session"
   lasts, off HTTP, for the server's lifespan, which there serves one connection (stdio: the process, one user's
   session; in memory: the client), and over HTTP, which has no session in this era, for the conversation
-  (`ConversationAllowances`); the question then says "this conversation". Which transport a request came by is
+  (kept in the database with the conversations, so every replica sharing it knows); the question then says "this
+  conversation". Which transport a request came by is
   told by `over_http`.
 - Callers that declare no elicitation get no approver at all: the loop refuses `ask` tools, naming the setting. A
   2026-07-28 caller among them has no parked run either, so its children's questions are declined (elicitation)
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
@@ -48,8 +48,6 @@ log = structlog.get_logger(__name__)
 
 INPUT_KEY = "approval"
 CHOICES = {"allow_once": "allowed once", "allow_session": "allowed for this {scope}", "deny": "denied"}
-# How many conversations an HTTP server remembers allowances for; the least recently used is forgotten first.
-CONVERSATIONS_KEPT = 10_000
 
 
 def schema(scope: str = "session") -> dict[str, Any]:
@@ -118,30 +116,6 @@ class SessionAllowances:
 
     def of(self, ctx: Context) -> set[str]:
         return self._by_session.setdefault(session_connection(ctx), set())
-
-
-class ConversationAllowances:
-    """Tools the user allowed "for this conversation", per conversation id: what "allow for this session" means
-    to a 2026-07-28 caller over HTTP, which has no session. Held in memory, for the `CONVERSATIONS_KEPT` most
-    recently used conversations; a restarted server asks again."""
-
-    def __init__(self) -> None:
-        self._by_conversation: OrderedDict[str, set[str]] = OrderedDict()
-
-    def of(self, conversation_id: str | None) -> set[str]:
-        """The tools allowed in `conversation_id` (an empty set of its own for a run that starts a conversation)."""
-        if conversation_id is None:
-            return set()
-        allowed = self._by_conversation.get(conversation_id, set())
-        self.keep(conversation_id, allowed)
-        return allowed
-
-    def keep(self, conversation_id: str, allowed: set[str]) -> None:
-        """Remember `allowed` (the same set, which a run may still add to) for the conversation `conversation_id`."""
-        self._by_conversation[conversation_id] = allowed
-        self._by_conversation.move_to_end(conversation_id)
-        while len(self._by_conversation) > CONVERSATIONS_KEPT:
-            self._by_conversation.popitem(last=False)
 
 
 def session_connection(ctx: Context) -> Connection:

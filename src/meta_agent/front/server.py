@@ -35,7 +35,6 @@ from meta_agent.core.tool_call import Approver
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, summary
 from meta_agent.front.approvals import (
-    ConversationAllowances,
     ForwardedQuestions,
     LiveApprover,
     ParkedRuns,
@@ -75,13 +74,13 @@ ToolPatterns = Annotated[
 @dataclass(frozen=True)
 class Front:
     """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, and what the user allowed "for
-    this session": per MCP session (2025-11-25), and for 2026-07-28 callers per conversation over HTTP, else for
-    the lifespan, which off HTTP serves one connection (stdio: the process, one user's session)."""
+    this session": per MCP session (2025-11-25), and for 2026-07-28 callers off HTTP for the lifespan, which there
+    serves one connection (stdio: the process, one user's session); over HTTP, per conversation, in the database
+    (records/conversations.py)."""
 
     engine: Engine
     parked: ParkedRuns
     allowances: SessionAllowances
-    conversation_allowances: ConversationAllowances = field(default_factory=ConversationAllowances)
     pipe_allowances: set[str] = field(default_factory=set)
 
 
@@ -344,7 +343,7 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
     per_conversation = parked and over_http(ctx)
     allowed: set[str] = set()  # nothing is allowed for longer where nobody can be asked
     if per_conversation:
-        allowed = front.conversation_allowances.of(arguments.get("conversation_id"))
+        allowed = await _allowed_in(front.engine, arguments.get("conversation_id"))
     elif parked:
         allowed = front.pipe_allowances
     elif can_elicit(ctx):
@@ -369,8 +368,8 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
         except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
             log.exception("run_crashed", mode=mode)
             return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
-        if per_conversation and result.conversation_id:
-            front.conversation_allowances.keep(result.conversation_id, allowed)
+        if per_conversation and result.conversation_id and allowed:
+            await _allow_in(front.engine, result.conversation_id, allowed)
         return run_result(result)
 
     if parked:
@@ -381,6 +380,25 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
         return await work(progress, LiveApprover(ctx, allowed) if can_elicit(ctx) else None, live)
     finally:
         progress.close()
+
+
+async def _allowed_in(engine: Engine, conversation_id: str | None) -> set[str]:
+    """The tools allowed for the rest of the conversation `conversation_id` (none for a new one, and none where
+    the store cannot be read: the user is asked again)."""
+    if conversation_id is None:
+        return set()
+    try:
+        return await engine.conversations.allowed(conversation_id)
+    except ConfigError as exc:
+        log.warning("allowances_not_read", conversation_id=conversation_id, error=str(exc))
+        return set()
+
+
+async def _allow_in(engine: Engine, conversation_id: str, allowed: set[str]) -> None:
+    try:
+        await engine.conversations.allow(conversation_id, allowed)
+    except engine.database.errors as exc:  # the user is asked again next time
+        log.warning("allowances_not_kept", conversation_id=conversation_id, error=str(exc))
 
 
 def _sampling(ctx: Context) -> Provider | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +111,23 @@ class Conversations:
         if row is None:
             raise ConfigError(f"conversation_id: unknown conversation {conversation_id!r}")
         return decode(conversation_id, row)
+
+    async def allowed(self, conversation_id: str) -> set[str]:
+        """The tools the user allowed for the rest of the conversation (what "allow for this session" means to a
+        2026-07-28 caller over HTTP, which has no session), as any replica allowed them.
+
+        Raises:
+            ConfigError: the database cannot be opened or read.
+        """
+        return {str(row[0]) for row in await self._store(_allowed, conversation_id)}
+
+    async def allow(self, conversation_id: str, tools: Iterable[str]) -> None:
+        """Remember `tools` as allowed for the rest of the conversation.
+
+        Raises:
+            Database.errors: the store cannot be written.
+        """
+        await anyio.to_thread.run_sync(self.database.run, _allow, conversation_id, sorted(tools))
 
     @asynccontextmanager
     async def turn(
@@ -245,6 +262,18 @@ class Conversations:
 def _select(sql: Sql, conversation_id: str) -> str | None:
     row = sql.one("select messages from conversations where id = ?", (conversation_id,))
     return None if row is None else str(row[0])
+
+
+def _allowed(sql: Sql, conversation_id: str) -> list[tuple[Any, ...]]:
+    return sql.all("select tool from conversation_allowances where conversation_id = ?", (conversation_id,))
+
+
+def _allow(sql: Sql, conversation_id: str, tools: Sequence[str]) -> None:
+    for tool in tools:
+        sql.execute(
+            "insert into conversation_allowances (conversation_id, tool) values (?, ?) on conflict do nothing",
+            (conversation_id, tool),
+        )
 
 
 def _take(sql: Sql, conversation_id: str, holder: str, lease: float) -> tuple[bool, str] | None:

@@ -75,8 +75,9 @@ def _runs(sql: Sql) -> None:
     )
 
 
-def _parked_rounds(sql: Sql) -> None:
-    """3: the rounds of parked runs, and the key that seals their request states (meta_agent.records.parking)."""
+def _shared(sql: Sql) -> None:
+    """3: what replicas share beyond conversations: the rounds of parked runs, the key that seals their request
+    states (meta_agent.records.parking), and the tools allowed for the rest of a conversation."""
     real = "double precision" if sql.postgres else "real"
     sql.execute(
         "create table parked_rounds (id text primary key, replica text not null, run_id text,"
@@ -84,9 +85,13 @@ def _parked_rounds(sql: Sql) -> None:
         f" alive_until {real})"
     )
     sql.execute("create table meta_agent_secrets (name text primary key, value text not null)")
+    sql.execute(
+        "create table conversation_allowances (conversation_id text not null, tool text not null,"
+        " primary key (conversation_id, tool))"
+    )
 
 
-MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _parked_rounds)
+MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared)
 
 
 class Database:
