@@ -271,3 +271,51 @@ def test_text_from_a_trace_reaches_the_terminal_without_control_characters(
         assert not any(char in line for line in out for char in "\x1b\r"), out
         shown = next(line for line in out if "red" in line)
         assert "\\x1b[31mred\\x1b[0m over next" in shown and len(shown) < 400  # CR and LF are white space
+
+
+# -- with a shared database: the run index ----------------------------------------------------------------------------
+
+
+def test_with_a_shared_database_runs_lists_every_replicas_runs_and_tells_one_run_elsewhere(
+    database_url: str,
+    llm: FakeLLM,
+    runs_cli: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run of this process (its trace here), and one another replica runs (no trace here): both listed from the
+    database; the other's told from its record there."""
+    from meta_agent.records.database import PostgresDatabase
+    from meta_agent.records.run_index import RunIndex
+
+    llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "hello"})))
+    llm.reply(openai_reply("It said hello."))
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path, database_url=database_url)
+
+    async def runs() -> str:
+        async with Engine(settings, {"f": fault_entry()}, openai_env(llm)) as engine:
+            done = await engine.run("echo something", mode="agent")
+        elsewhere = RunIndex(PostgresDatabase(database_url), "other-host:7:ABCDEF")
+        async with elsewhere.running(RUN_ID, "plan", "plan the move"):  # left running: that replica died
+            pass
+        elsewhere.database.close()
+        return done.run_id
+
+    run_id = anyio.run(runs)
+    capsys.readouterr()  # the engine's log
+    monkeypatch.setenv("META_AGENT_DATABASE_URL", database_url)
+    code, out, err = runs_cli()
+    assert (code, err) == (0, [])
+    assert out[0].endswith(": 2 recent runs") and "postgresql://" in out[0]
+    listed = {line.split()[0]: line for line in out[1:]}
+    assert "done" not in listed[RUN_ID] and "plan" in listed[RUN_ID] and "plan the move" in listed[RUN_ID]
+    assert " final " in listed[run_id] and "2 steps" in listed[run_id] and "echo something" in listed[run_id]
+    code, out, err = runs_cli("show", RUN_ID)
+    assert (code, err) == (0, [])
+    assert out[0].startswith(f"run {RUN_ID} · plan · ") and out[0].endswith(
+        "on other-host:7:ABCDEF (its trace is there)"
+    )
+    assert out[1] == "task: plan the move" and out[2].startswith("running · since ") and len(out) == 3
+    code, out, err = runs_cli("show", run_id)  # its trace is here: told from it, step by step
+    assert code == 0 and "  returned: hello" in out

@@ -355,7 +355,7 @@ class Engine:
 
         existing = spec.conversation_id if spec.continues else None
         # running from the start: a run waiting for its turn of the conversation, or for its children, is one
-        async with self.runs.running(spec.run_id, spec.mode):
+        async with self.runs.running(spec.run_id, spec.mode, spec.task):
             if stopping():  # a run handed to this process as it stops: left, as interrupted, for another replica
                 await anyio.sleep_forever()
             async with self.conversations.turn(existing, new_id=spec.conversation_id, waiting=waiting) as turn:

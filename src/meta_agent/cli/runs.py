@@ -1,4 +1,6 @@
-"""`meta-agent runs [show RUN_ID]`: recent runs, or one run told step by step, read from the trace files.
+"""`meta-agent runs [show RUN_ID]`: recent runs, or one run told step by step, read from the trace files; with a
+shared database (META_AGENT_DATABASE_URL) the list is the run index's, every replica's runs, and a run whose trace is
+on another machine is told from its record there.
 
 It starts no children: imported only by that command, it leaves the MCP SDK and the run records' models out of
 every other command's start.
@@ -9,7 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from meta_agent.cli.terminal import EXIT_USAGE, fail, note
 from meta_agent.config import load_settings
@@ -22,6 +28,7 @@ from meta_agent.records.run_history import (
     Listing,
     Record,
     Responded,
+    RunSummary,
     Started,
     Switched,
     ToolFinished,
@@ -30,7 +37,10 @@ from meta_agent.records.run_history import (
     recent,
 )
 from meta_agent.records.traces import default_trace_dir
-from meta_agent.text import one_line, plural, printable, some_of
+from meta_agent.text import first_line, one_line, plural, printable, some_of
+
+if TYPE_CHECKING:
+    from meta_agent.records.run_index import RunIndex, RunState
 
 SHOWN = 300  # characters of a tool result or an answer shown in `runs show`
 TASK_SHOWN = 60  # characters of a run's task in the `runs` listing
@@ -38,23 +48,32 @@ RUNS_NAMED = 3  # unreadable trace files named in `runs`; the count says how man
 
 
 def show_runs(args: argparse.Namespace) -> int:
-    """Recent runs, or one run told step by step; read from the trace files, no children started. What cannot be
-    read is skipped and counted on stderr."""
+    """Recent runs, or one run told step by step; read from the trace files (and the shared run index), no children
+    started. What cannot be read is skipped and counted on stderr."""
     try:
         settings = load_settings()
         directory = settings.trace_dir or default_trace_dir()
         if args.show:
             if not args.run_id:
                 return fail("runs show: give a RUN_ID (see `meta-agent runs`)", EXIT_USAGE)
-            trace = read(directory, args.run_id)
+            try:
+                trace = read(directory, args.run_id)
+            except ConfigError:
+                if settings.database_url and (state := _indexed(settings.database_url, args.run_id)) is not None:
+                    print("\n".join(printable(line) for line in indexed_account(state)))
+                    return 0
+                raise
             print("\n".join(printable(line) for line in account(trace)))
             if trace.skipped:
                 note(f"runs show: {plural(trace.skipped, 'unreadable record')} skipped in {args.run_id}.jsonl")
             return 0
-        listing = recent(directory)
+        if settings.database_url:
+            where, listing = _index_listing(settings.database_url)
+        else:
+            where, listing = str(directory), recent(directory)
     except ConfigError as exc:
         return fail(str(exc), EXIT_USAGE)
-    print(f"{directory}: {plural(len(listing.runs), 'recent run')}")
+    print(f"{where}: {plural(len(listing.runs), 'recent run')}")
     for run in listing.runs:
         seconds = f"{run.seconds:.2f} s" if run.seconds is not None else "?"
         task = one_line(run.task, TASK_SHOWN)
@@ -75,6 +94,75 @@ def _skipped(listing: Listing) -> str:
     counts += [plural(listing.skipped_records, "unreadable record")] if listing.skipped_records else []
     names = some_of(files, RUNS_NAMED)
     return f"{' and '.join(counts)} skipped" + (f" ({names})" if names else "")
+
+
+def _index_listing(url: str, limit: int = 20) -> tuple[str, Listing]:
+    """The newest runs of every replica, from the run index of the database at `url`.
+
+    Raises:
+        ConfigError: the database cannot be read.
+    """
+
+    with _index(url) as index:
+        states = anyio.run(index.recent, limit)
+    return index.database.label, Listing(runs=[_summary(state) for state in states])
+
+
+def _indexed(url: str, run_id: str) -> RunState | None:
+    with _index(url) as index:
+        return anyio.run(index.read, run_id)
+
+
+@contextmanager
+def _index(url: str) -> Iterator[RunIndex]:
+    from meta_agent.records.database import PostgresDatabase
+    from meta_agent.records.run_index import RunIndex
+
+    database = PostgresDatabase(url)
+    try:
+        yield RunIndex(database, "meta-agent runs")
+    except database.errors as exc:
+        raise ConfigError(f"META_AGENT_DATABASE_URL: cannot read {database.label}: {first_line(str(exc))}") from None
+    finally:
+        database.close()
+
+
+def _summary(state: RunState) -> RunSummary:
+    result = state.result or {}
+    usage = result.get("usage") or {}
+    stop_reason = result.get("stop_reason") or ("error" if state.error else state.status)
+    return RunSummary(
+        run_id=state.run_id,
+        started=state.started,
+        mode=state.mode,
+        task=state.task,
+        status=state.status,
+        stop_reason="cancelled" if state.error == "cancelled" else stop_reason,
+        steps=len(result.get("steps") or ()),
+        tokens=int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)),
+        seconds=usage["duration_ms"] / 1000 if "duration_ms" in usage else None,
+    )
+
+
+def indexed_account(state: RunState) -> list[str]:
+    """A run told from its record in the run index, where its trace is on another replica's machine: each step's
+    tool calls, and how it ended."""
+    lines = [
+        f"run {state.run_id} · {state.mode} · {state.started} on {state.replica} (its trace is there)",
+        f"task: {_short(state.task)}",
+    ]
+    result = state.result or {}
+    for step in result.get("steps") or ():
+        for call in step.get("tool_calls") or ():
+            outcome = "ok" if call.get("ok") else f"error: {_short(call.get('error') or '')}"
+            lines.append(f"step {step.get('index')} · {call.get('name')} {outcome} ({call.get('duration_ms')} ms)")
+    if state.status != "done":
+        lines.append(f"{state.status} · since {state.updated}")
+    elif state.error is not None:
+        lines.append(f"failed · {_short(state.error)}")
+    else:
+        lines += [f"done · {result.get('stop_reason')}", f"answer: {_short(str(result.get('answer', '')))}"]
+    return lines
 
 
 # -- one run told ----------------------------------------------------------------------------------------------------

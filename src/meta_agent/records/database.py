@@ -77,7 +77,8 @@ def _runs(sql: Sql) -> None:
 
 def _shared(sql: Sql) -> None:
     """3: what replicas share beyond conversations: the rounds of parked runs, the key that seals their request
-    states (meta_agent.records.parking), and the tools allowed for the rest of a conversation."""
+    states (meta_agent.records.parking), the tools allowed for the rest of a conversation; and each run's task in
+    the run index, which `meta-agent runs` lists."""
     real = "double precision" if sql.postgres else "real"
     sql.execute(
         "create table parked_rounds (id text primary key, replica text not null, run_id text,"
@@ -89,6 +90,7 @@ def _shared(sql: Sql) -> None:
         "create table conversation_allowances (conversation_id text not null, tool text not null,"
         " primary key (conversation_id, tool))"
     )
+    sql.execute("alter table runs add column task text")
 
 
 MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared)

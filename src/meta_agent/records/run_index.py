@@ -47,8 +47,10 @@ class RunState:
     run_id: str
     status: RunStatus
     mode: str
+    task: str
     replica: str
     started: str
+    updated: str
     result: dict[str, Any] | None  # the structured result, when done
     error: str | None  # why a run that is done has no result: it failed or was cancelled
 
@@ -71,11 +73,11 @@ class RunIndex:
         self.alive_seconds = alive_seconds
 
     @asynccontextmanager
-    async def running(self, run_id: str, mode: str) -> AsyncIterator[None]:
+    async def running(self, run_id: str, mode: str, task: str = "") -> AsyncIterator[None]:
         """The run is `running` while this is entered, its row renewed meanwhile; one that leaves by an exception
         (a failure, a cancelled call) is `done` with that error. The index failing does not fail the run: it is
         logged, and the run goes on."""
-        await self._write(_start, run_id, mode, self.replica, time.time() + self.alive_seconds)
+        await self._write(_start, run_id, mode, task, self.replica, time.time() + self.alive_seconds)
         failure: Exception | None = None
         async with anyio.create_task_group() as renewals:
             renewals.start_soon(self._renew, run_id)
@@ -117,20 +119,16 @@ class RunIndex:
     async def read(self, run_id: str) -> RunState | None:
         """The run's state; None: no run has that id here."""
         row = await anyio.to_thread.run_sync(self.database.run, _read, run_id)
-        if row is None:
-            return None
-        status, mode, replica, started, alive_until, result, error = row
-        if status == "running" and (alive_until is None or alive_until < time.time()):
-            status = "interrupted"
-        return RunState(
-            run_id=run_id,
-            status=status,
-            mode=mode,
-            replica=replica,
-            started=started,
-            result=None if result is None else json.loads(result),
-            error=error,
-        )
+        return None if row is None else _state(run_id, row)
+
+    async def recent(self, limit: int = 20) -> list[RunState]:
+        """The newest `limit` runs, newest first, whichever replica ran them.
+
+        Raises:
+            self.database.errors: the database cannot be reached.
+        """
+        rows = await anyio.to_thread.run_sync(self.database.run, _recent, limit)
+        return [_state(str(row[0]), row[1:]) for row in rows]
 
     async def _renew(self, run_id: str) -> None:
         while True:
@@ -149,14 +147,14 @@ def _why(exc: BaseException) -> str:
     return one_line(str(exc)) if isinstance(exc, MetaAgentError) else summary(exc)
 
 
-def _start(sql: Sql, run_id: str, mode: str, replica: str, alive_until: float) -> None:
+def _start(sql: Sql, run_id: str, mode: str, task: str, replica: str, alive_until: float) -> None:
     """A new run, or a run resumed on `replica` (its row is taken over)."""
     at = now()
     sql.execute(
-        "insert into runs (id, status, mode, replica, started, updated, alive_until) values (?, ?, ?, ?, ?, ?, ?) "
-        "on conflict (id) do update set status = 'running', replica = excluded.replica, updated = excluded.updated, "
-        "alive_until = excluded.alive_until",
-        (run_id, "running", mode, replica, at, at, alive_until),
+        "insert into runs (id, status, mode, task, replica, started, updated, alive_until)"
+        " values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (id) do update set status = 'running',"
+        " replica = excluded.replica, updated = excluded.updated, alive_until = excluded.alive_until",
+        (run_id, "running", mode, task, replica, at, at, alive_until),
     )
 
 
@@ -183,7 +181,29 @@ def _finish(sql: Sql, run_id: str, result: str | None, error: str | None) -> Non
     )
 
 
+COLUMNS = "status, mode, task, replica, started, updated, alive_until, result, error"
+
+
 def _read(sql: Sql, run_id: str) -> tuple[Any, ...] | None:
-    return sql.one(
-        "select status, mode, replica, started, alive_until, result, error from runs where id = ?", (run_id,)
+    return sql.one(f"select {COLUMNS} from runs where id = ?", (run_id,))
+
+
+def _recent(sql: Sql, limit: int) -> list[tuple[Any, ...]]:
+    return sql.all(f"select id, {COLUMNS} from runs order by started desc, id desc limit ?", (limit,))
+
+
+def _state(run_id: str, row: tuple[Any, ...]) -> RunState:
+    status, mode, task, replica, started, updated, alive_until, result, error = row
+    if status == "running" and (alive_until is None or alive_until < time.time()):
+        status = "interrupted"
+    return RunState(
+        run_id=run_id,
+        status=status,
+        mode=mode,
+        task=task or "",
+        replica=replica,
+        started=started,
+        updated=updated,
+        result=None if result is None else json.loads(result),
+        error=error,
     )
