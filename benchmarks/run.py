@@ -30,6 +30,7 @@ import memory
 import one_shot
 import profile_run
 import proxy
+import replicas
 import tool_search
 
 from meta_agent import configure_logging
@@ -99,6 +100,7 @@ async def benchmarks(rounds: dict[str, int]) -> dict[str, Any]:
         ("memory", memory.measure),
         ("tool_search", tool_search.measure),
         ("handles", handles.measure),
+        ("replicas", lambda: replicas.measure(rounds["replicas"])),
     ):
         started = time.perf_counter()
         out[name] = await run()
@@ -360,6 +362,8 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
         lines += tool_search.section(results["tool_search"])
     if "handles" in results:  # nor of result handles
         lines += handles.section(results["handles"])
+    if "replicas" in results:  # nor of replicas
+        lines += replicas.section(results["replicas"])
 
     cancel = faults["cancel_to_child_ms"]
     lines += [
@@ -391,7 +395,7 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help=f"write the report again from {RAW.name}")
     args = parser.parse_args()
     configure_logging("warning")
-    rounds = dict.fromkeys(("proxy", "concurrency"), 5) | {"loop": 7, "one_shot": 7, "cold_start": 3}
+    rounds = dict.fromkeys(("proxy", "concurrency"), 5) | {"loop": 7, "one_shot": 7, "cold_start": 3, "replicas": 3}
     if args.quick:
         rounds = dict.fromkeys(rounds, 1)
     if args.report_only:

@@ -1,0 +1,247 @@
+"""Replicas on PostgreSQL (issue 14): the concurrency burst (concurrency.py: 50 `agent` calls at once, each 3 model
+turns of 100 ms, over streamable HTTP, 2026-07-28) sent to one replica on the embedded default (SQLite), one
+replica on PostgreSQL, and two replicas on PostgreSQL (the calls spread across them in turn, as a load balancer
+would); and the recovery time: a replica SIGKILLed in the middle of a run, to the run read `done` from the other.
+
+PostgreSQL is a throwaway cluster started by examples/postgres/start-db; where this machine has no server binaries
+the section says so and measures nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp.types as t
+import psutil
+from common import ECHO_ENTRY, HERE, bench_config, clock, model_env, spread
+from concurrency import CALLS, TURN_DELAY, TURNS, _cpu, _free_port, _serving, _wait_healthy
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from one_shot import model_endpoint
+
+START_DB = HERE.parent / "examples" / "postgres"
+NO_BINARIES = 3  # start-db's exit status when this machine has no PostgreSQL server binaries
+EMBEDDED, ONE, TWO = "1 replica, embedded SQLite", "1 replica, PostgreSQL", "2 replicas, PostgreSQL"
+# The lease of the recovery runs: a killed replica's run is taken within about that long (the default is 30 s).
+LEASE = 2.0
+SLOW_ENTRY = {"command": ECHO_ENTRY["command"], "args": [str(HERE / "slow_server.py")]}
+
+
+@contextmanager
+def cluster() -> Iterator[tuple[str | None, int | None, str]]:
+    """A throwaway PostgreSQL cluster: (its superuser URL, its postmaster's pid, "") or (None, None, why not)."""
+    started = subprocess.run(
+        ["bash", str(START_DB / "start-db")], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+    if started.returncode == NO_BINARIES:
+        yield None, None, started.stderr.strip()
+        return
+    assert started.returncode == 0, started.stderr
+    exported = dict(line.removeprefix("export ").replace("'", "").split("=", 1) for line in started.stdout.splitlines())
+    directory = Path(exported["SHOP_DB_DIR"])
+    try:
+        postmaster = int((directory / "data" / "postmaster.pid").read_text().split()[0])
+        yield (directory / "admin-url").read_text().strip(), postmaster, ""
+    finally:
+        subprocess.run(["bash", str(START_DB / "stop-db"), str(directory)], capture_output=True, timeout=60)
+
+
+def new_database(admin_url: str, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        connection.execute(f"create database {name}")
+    return admin_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _database_cpu(postmaster: int) -> float:
+    """CPU seconds of the cluster: its postmaster and every backend it started (those that ended are not counted:
+    the replicas keep theirs open)."""
+    root = psutil.Process(postmaster)
+    return sum(sum(process.cpu_times()[:2]) for process in [root, *root.children(recursive=True)])
+
+
+async def _spread_burst(urls: list[str]) -> float:
+    """CALLS `agent` calls at once, dealt to `urls` in turn, each replica with a client of its own; the wall time."""
+    results: list[t.CallToolResult] = []
+    async with _clients(urls) as clients:
+        for client in clients:  # warm: each replica's model client and child connection exist before the clock
+            await client.call_tool("agent", {"task": "echo hello (warm)", "tools": ["echo.*"]})
+        started = clock()
+        async with anyio.create_task_group() as tg:
+
+            async def one(i: int) -> None:
+                task = {"task": f"echo hello ({i})", "tools": ["echo.*"]}
+                results.append(await clients[i % len(clients)].call_tool("agent", task))
+
+            for i in range(CALLS):
+                tg.start_soon(one, i)
+        elapsed = clock() - started
+    bad = [r for r in results if r.is_error or (r.structured_content or {}).get("answer") != "done: hello"]
+    assert len(results) == CALLS and not bad, bad[:1]
+    assert all(r.structured_content["usage"]["model_calls"] == TURNS for r in results)  # type: ignore[index]
+    return elapsed * 1000
+
+
+@asynccontextmanager
+async def _clients(urls: list[str]) -> AsyncIterator[list[Client]]:
+    """A 2026-07-28 client of each URL, opened together."""
+    async with AsyncExitStack() as stack:
+        clients = []
+        for url in urls:
+            http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120)))
+            client = Client(streamable_http_client(f"{url}/mcp", http_client=http))
+            clients.append(await stack.enter_async_context(client))
+        yield clients
+
+
+async def _concurrency(rounds: int, admin_url: str, postmaster: int, base_url: str, state: str) -> dict[str, Any]:
+    config, state_env = bench_config(state)
+    env = {**os.environ, **model_env(base_url), **state_env}
+    url = new_database(admin_url, "bench_concurrency")
+    shared = {**env, "META_AGENT_DATABASE_URL": url}
+    layouts = {EMBEDDED: [env], ONE: [shared], TWO: [shared, shared]}
+    per: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
+    database_cpu: dict[str, float] = {}
+    for name, environments in layouts.items():  # one layout at a time: the database serves only it
+        with ExitStack() as stack:
+            servers = []
+            for environ in environments:
+                port = _free_port()
+                servers.append((f"http://127.0.0.1:{port}", stack.enter_context(_serving(config, port, environ))))
+            for server_url, _ in servers:
+                await _wait_healthy(server_url)
+            before = sum(_cpu(process) for _, process in servers)
+            before_db = _database_cpu(postmaster)
+            for _ in range(rounds):
+                per.setdefault(name, []).append(await _spread_burst([server_url for server_url, _ in servers]))
+            runs = rounds * (CALLS + len(servers))  # and one warm-up call per replica per burst
+            cpu[name] = (sum(_cpu(process) for _, process in servers) - before) * 1000 / runs
+            database_cpu[name] = (_database_cpu(postmaster) - before_db) * 1000 / runs
+    return {
+        "burst ms": {name: spread(values) for name, values in per.items()},
+        "server cpu ms per run": cpu,
+        "database cpu ms per run": database_cpu,
+    }
+
+
+async def _recovery(rounds: int, admin_url: str, base_url: str, state: str) -> dict[str, Any]:
+    """Each round: two replicas on a new database, a run started on one and the replica SIGKILLed once the run's
+    slow call (0.5 s) is under way; the time from the kill to the run read `done` through the other."""
+    config = Path(state) / "recovery.json"
+    config.write_text(json.dumps({"mcpServers": {"echo": ECHO_ENTRY, "slow": SLOW_ENTRY}}))
+    times: list[float] = []
+    for i in range(rounds):
+        url = new_database(admin_url, f"bench_recovery_{i}")
+        env = {
+            **os.environ,
+            **model_env(base_url),
+            "META_AGENT_TRACE_DIR": f"{state}/traces",
+            "META_AGENT_DATABASE_URL": url,
+            "META_AGENT_LEASE_SECONDS": str(LEASE),
+        }
+        with ExitStack() as stack:
+            ports = [_free_port(), _free_port()]
+            doomed, _survivor = (stack.enter_context(_serving(config, port, env)) for port in ports)
+            urls = [f"http://127.0.0.1:{port}" for port in ports]
+            for server_url in urls:
+                await _wait_healthy(server_url)
+            times.append(await _kill_mid_run(urls, doomed, url))
+    return {"recovery ms": spread(times), "lease s": LEASE}
+
+
+async def _kill_mid_run(urls: list[str], doomed: subprocess.Popen[bytes], database_url: str) -> float:
+    import psycopg
+
+    slow_started = anyio.Event()
+
+    async def heard(_progress: float, _total: float | None, message: str | None) -> None:
+        if message and "slow.slow" in message:
+            slow_started.set()
+
+    async def call_and_lose_it() -> None:
+        try:
+            async with Client(f"{urls[0]}/mcp") as client:
+                await client.call_tool("agent", {"task": "slowly", "tools": ["slow.*"]}, progress_callback=heard)
+        except Exception:  # the connection dies with the replica
+            pass
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call_and_lose_it)
+        with anyio.fail_after(60):
+            await slow_started.wait()
+        doomed.send_signal(signal.SIGKILL)
+        killed = clock()
+        await anyio.to_thread.run_sync(doomed.wait, 30)
+        tg.cancel_scope.cancel()
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute("select id from runs").fetchone()
+    assert row is not None
+    async with Client(f"{urls[1]}/mcp") as client:
+        with anyio.fail_after(120):
+            while True:
+                contents = (await client.read_resource(f"meta-agent://runs/{row[0]}")).contents
+                run = json.loads(contents[0].text)  # type: ignore[union-attr]
+                if run["status"] == "done":
+                    break
+                await anyio.sleep(0.02)  # polling, as a caller whose connection died would
+    finished = clock()
+    assert run["error"] is None and run["result"]["answer"] == "done: hello", run
+    return (finished - killed) * 1000
+
+
+async def measure(rounds: int) -> dict[str, Any]:
+    with cluster() as (admin_url, postmaster, why_not):
+        if admin_url is None or postmaster is None:
+            return {"skipped": why_not}
+        with tempfile.TemporaryDirectory() as state, model_endpoint(TURN_DELAY, TURNS - 1) as base_url:
+            out = await _concurrency(rounds, admin_url, postmaster, base_url, state)
+            out |= await _recovery(rounds, admin_url, base_url, state)
+    return out
+
+
+def section(out: dict[str, Any]) -> list[str]:
+    """The report's section."""
+    title = "## Replicas on PostgreSQL (the concurrency burst on 1 and 2 replicas, and recovery after a kill)"
+    if "skipped" in out:
+        return [title, "", f"- Not measured: {out['skipped']}", ""]
+    ideal = TURNS * TURN_DELAY * 1000
+    bursts, cpu, database = out["burst ms"], out["server cpu ms per run"], out["database cpu ms per run"]
+    recovery = out["recovery ms"]
+    return [
+        title,
+        "",
+        f"The concurrency burst ({CALLS} `agent` calls at once over streamable HTTP, 2026-07-28, each {TURNS} model"
+        f" turns of {TURN_DELAY * 1000:.0f} ms with two echo calls; ideal {ideal:.0f} ms) sent to one replica on the"
+        " embedded default, to one on PostgreSQL, and dealt in turn to two on PostgreSQL, each layout on its own;"
+        " on PostgreSQL every run is durable (a DBOS workflow whose model turns and tool calls are checkpointed"
+        " steps). CPU per run is the replicas' processes, and the database cluster's separately.",
+        "",
+        "| layout | burst wall time | × ideal | replicas' CPU per run | database's CPU per run |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {name} | {f['median']:.0f} ms ({f['min']:.0f}–{f['max']:.0f}) | {f['median'] / ideal:.2f}× |"
+            f" {cpu[name]:.2f} ms | {database[name]:.2f} ms |"
+            for name, f in bursts.items()
+        ),
+        "",
+        f"- Recovery: a replica SIGKILLed while its run's slow call (0.5 s) was under way, to the run read `done`"
+        f" through the other replica (polling `meta-agent://runs/{{run_id}}`): {recovery['median']:.0f} ms"
+        f" ({recovery['min']:.0f}–{recovery['max']:.0f}, {recovery['n']} kills), with"
+        f" `META_AGENT_LEASE_SECONDS={out['lease s']:g}`. It is the mark lapsing (up to the lease), the other replica's"
+        " next look (every third of the lease), DBOS handing it the run through its queue, the replay of the recorded"
+        " steps, the slow call made again (it had not completed), and the last model turn. With the default lease"
+        " (30 s) a run is picked up within about 30–40 s.",
+        "",
+    ]
