@@ -12,9 +12,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conftest import ServerLog, free_port, openai_env
+from conftest import FAULT_SERVER, ServerLog, free_port, openai_env
 from fake_llm import FakeLLM
 from mcp import Client
+
+
+def fault_config(tmp_path: Path, trust: dict[str, str] | None = None) -> Path:
+    """A servers.json in `tmp_path` whose one child `f` is the fault server (with `trust` levels, if given)."""
+    entry: dict[str, Any] = {"command": sys.executable, "args": [str(FAULT_SERVER)]}
+    if trust:
+        entry["trust"] = trust
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"f": entry}}))
+    return config
 
 
 def replica_environ(llm: FakeLLM, database_url: str, tmp_path: Path) -> dict[str, str]:

@@ -4,7 +4,6 @@ processes on PostgreSQL, and two real `meta-agent serve --transport http` replic
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from postgres_cluster import Cluster
-from replicas import read_run, replica_environ
+from replicas import fault_config, read_run, replica_environ
 
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.core.messages import AssistantMessage, UserMessage
@@ -163,8 +162,7 @@ async def test_turns_on_postgresql_wait_for_the_one_holding_the_conversation(dat
 async def test_a_conversation_started_on_one_replica_continues_on_the_other(
     era: str, database_url: str, pg_cluster: Cluster, llm_endpoint: FakeLLM, tmp_path: Path
 ) -> None:
-    config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {"f": {"command": sys.executable, "args": [str(FAULT_SERVER)]}}}))
+    config = fault_config(tmp_path)
     environ = replica_environ(llm_endpoint, database_url, tmp_path)
     mode = "legacy" if era == "2025-11-25" else "auto"
     with http_serving(config, environ) as (one, _), http_serving(config, environ) as (other, _):

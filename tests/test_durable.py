@@ -17,7 +17,7 @@ from conftest import FAULT_SERVER, ProgressLog, http_serving, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from postgres_cluster import Cluster
-from replicas import read_run, replica, replica_environ
+from replicas import fault_config, read_run, replica, replica_environ
 
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine
@@ -29,10 +29,7 @@ pytestmark = pytest.mark.anyio
 
 
 def servers_json(tmp_path: Path) -> Path:
-    config = tmp_path / "servers.json"
-    entry = {"command": sys.executable, "args": [str(FAULT_SERVER)], "trust": {"append": "always"}}
-    config.write_text(json.dumps({"mcpServers": {"f": entry}}))
-    return config
+    return fault_config(tmp_path, {"append": "always"})
 
 
 async def run_until_killed(

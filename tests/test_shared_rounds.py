@@ -4,19 +4,17 @@ through the other, as a load balancer without sticky sessions would spread them.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp.types as t
 import pytest
-from conftest import FAULT_SERVER, ProgressLog
+from conftest import ProgressLog
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from postgres_cluster import Cluster
-from replicas import read_run, replica, replica_environ
+from replicas import fault_config, read_run, replica, replica_environ
 
 pytestmark = pytest.mark.anyio
 
@@ -58,8 +56,7 @@ def asked_about(result: Any) -> str:
 async def test_an_approval_asked_by_one_replica_is_answered_through_the_other(
     last_round_on: str, database_url: str, pg_cluster: Cluster, llm_endpoint: FakeLLM, tmp_path: Path
 ) -> None:
-    config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {"f": {"command": sys.executable, "args": [str(FAULT_SERVER)]}}}))
+    config = fault_config(tmp_path)
     environ = replica_environ(llm_endpoint, database_url, tmp_path)
     llm_endpoint.clear()
     calls = (("c1", "f__delete_file", {"path": "/a"}), ("c2", "f__delete_file", {"path": "/b"}))
@@ -95,8 +92,7 @@ async def test_a_round_waiting_on_one_replica_for_a_run_whose_replica_is_killed_
     """The run goes on (durable), on the replica left: its approved change is not made again, and its result is
     read there."""
     changes, there = tmp_path / "changes.txt", tmp_path / "there"
-    config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {"f": {"command": sys.executable, "args": [str(FAULT_SERVER)]}}}))
+    config = fault_config(tmp_path)
     environ = {**replica_environ(llm_endpoint, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
     llm_endpoint.clear()
     llm_endpoint.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
@@ -134,8 +130,7 @@ async def test_a_round_waiting_on_one_replica_for_a_run_whose_replica_is_killed_
 async def test_a_tool_allowed_for_the_conversation_on_one_replica_is_not_asked_again_on_the_other(
     database_url: str, llm_endpoint: FakeLLM, tmp_path: Path
 ) -> None:
-    config = tmp_path / "servers.json"
-    config.write_text(json.dumps({"mcpServers": {"f": {"command": sys.executable, "args": [str(FAULT_SERVER)]}}}))
+    config = fault_config(tmp_path)
     environ = replica_environ(llm_endpoint, database_url, tmp_path)
     llm_endpoint.clear()
     for path in ("/a", "/b"):

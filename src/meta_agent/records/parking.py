@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from meta_agent.records.database import Database, Sql
 
@@ -144,6 +144,13 @@ class SharedRounds:
                     return None, None
                 outcome, alive_until, run_id = row
                 if outcome is not None and (outcome.final or outcome.asked > after):
+                    while True:  # the progress sent before the outcome, not yet reported (a look without a note)
+                        try:
+                            note = notes.receive_nowait()
+                        except anyio.WouldBlock:
+                            break
+                        if note.kind == "progress":
+                            await report(note.tick, note.message)
                     if outcome.final:
                         await self._run(_delete, parked_id)
                     return outcome, run_id
@@ -167,7 +174,7 @@ class SharedRounds:
         return await anyio.to_thread.run_sync(self.database.run, work, *args)
 
     @asynccontextmanager
-    async def _subscribed(self, parked_id: str) -> AsyncIterator[anyio.abc.ObjectReceiveStream[Note]]:
+    async def _subscribed(self, parked_id: str) -> AsyncIterator[MemoryObjectReceiveStream[Note]]:
         send, receive = anyio.create_memory_object_stream[Note](math.inf)
         self._subscribers.setdefault(parked_id, set()).add(send)
         try:
@@ -222,7 +229,7 @@ class SharedRounds:
                 log.warning("parked_rounds_not_renewed", error=str(exc), database=self.database.label)
 
 
-async def _next_change(notes: anyio.abc.ObjectReceiveStream[Note]) -> None:
+async def _next_change(notes: MemoryObjectReceiveStream[Note]) -> None:
     while (await notes.receive()).kind != "changed":
         pass
 
