@@ -129,8 +129,10 @@ async def measure(rounds: int) -> dict[str, Any]:
         sources = {OURS: None} | ({THEIRS: baseline} if baseline is not None else {})
         with ExitStack() as stack:
             servers = {}
-            for name, source in sources.items():
+            for i, (name, source) in enumerate(sources.items()):
                 server_env = env if source is None else {**env, "PYTHONPATH": str(source)}
+                # a store each: the two codes know different schema versions, and refuse a newer one
+                server_env = {**server_env, "META_AGENT_CONVERSATIONS_DB": f"{state}/c{i}.db"}
                 port = _free_port()
                 servers[name] = (f"http://127.0.0.1:{port}", stack.enter_context(_serving(config, port, server_env)))
             for url, _ in servers.values():
