@@ -236,6 +236,14 @@ def section(out: dict[str, Any]) -> list[str]:
             for name, f in bursts.items()
         ),
         "",
+        f"- What durability costs: on PostgreSQL a run spends {cpu[ONE]:.0f} ms of its replica's CPU against"
+        f" {cpu[EMBEDDED]:.0f} ms embedded ({cpu[ONE] / cpu[EMBEDDED]:.1f}×), so one replica's burst takes"
+        f" {bursts[ONE]['median'] / bursts[EMBEDDED]['median']:.1f}× as long: each model turn and tool call is a DBOS"
+        " step (its record looked up, then written, through SQLAlchemy on a worker thread), and the workflow's own"
+        " record is written at its start and end, beside the run index and conversation rows every layout writes."
+        f" A second replica takes the burst down to {bursts[TWO]['median'] / bursts[ONE]['median']:.2f}× of one"
+        " replica's time on this 2-core machine, where the two replicas, the database and the model endpoint share"
+        " the cores. This cost has not been profiled yet.",
         f"- Recovery: a replica SIGKILLed while its run's slow call (0.5 s) was under way, to the run read `done`"
         f" through the other replica (polling `meta-agent://runs/{{run_id}}`): {recovery['median']:.0f} ms"
         f" ({recovery['min']:.0f}–{recovery['max']:.0f}, {recovery['n']} kills), with"
