@@ -212,3 +212,53 @@ async def test_a_durable_run_its_caller_cancels_is_cancelled_for_good_and_one_en
     status = f"select status from dbos.workflow_status where workflow_uuid = '{run_id}'"
     assert pg_cluster.psql(database_url, status) == "CANCELLED"
     assert pg_cluster.psql(database_url, f"select status, error from runs where id = '{run_id}'") == "done|cancelled"
+
+
+async def test_a_resumed_run_does_not_overwrite_a_turn_of_its_conversation_saved_while_it_was_interrupted(
+    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """Its replica killed, the conversation goes on without it (its hold lapsed) on a replica started again, before
+    that replica resumes the run: the resumed run's answer is returned, but its turn is not saved over the later one."""
+    there = tmp_path / "there"
+    config = servers_json(tmp_path)
+    environ = {**replica_environ(llm, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
+    llm.reply(openai_reply("Noted."))
+    llm.reply(openai_reply(None, ("c1", "f__wait_for_file", {"path": str(there)})))
+    with replica(config, environ) as (doomed, doomed_url, _):
+        async with Client(doomed_url) as client:
+            first = await client.call_tool("agent", {"task": "Remember 42."})
+        conversation = first.structured_content["conversation_id"]  # type: ignore[index]
+        progress = ProgressLog()
+
+        async def call_and_lose_it() -> None:
+            with contextlib.suppress(Exception):  # the connection dies with the replica
+                async with Client(doomed_url) as client:
+                    task = {"task": "Wait.", "conversation_id": conversation}
+                    await client.call_tool("agent", task, progress_callback=progress)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call_and_lose_it)
+            await progress.until(f"waiting for {there}", timeout=60)
+            doomed.kill()
+            await anyio.to_thread.run_sync(doomed.wait, 30)
+            tg.cancel_scope.cancel()
+    run_id = pg_cluster.psql(database_url, "select id from runs where task = 'Wait.'")
+    # A replica looks for runs to resume a third of its lease after it starts: 10 s with this one's 30 s.
+    later = {**environ, "META_AGENT_LEASE_SECONDS": "30"}
+    with replica(config, later) as (_, url, log):
+        llm.reply(openai_reply("It was 42."))
+        async with Client(url) as client:
+            said = await client.call_tool("agent", {"task": "What was it?", "conversation_id": conversation})
+        assert said.structured_content is not None and said.structured_content["conversation_id"] == conversation
+        assert log.count("run_resumed") == 0, "resumed before the turn that should come first"
+        there.touch()
+        llm.reply(openai_reply("Waited."))
+        run = await done_run(url, run_id)
+    assert run["result"]["answer"] == "Waited." and run["result"]["conversation_id"] is None, run
+    assert run["result"]["conversation_error"] == (
+        "the conversation moved on while this run was interrupted (a later turn was saved first); this turn was not "
+        "saved"
+    )
+    saved = json.loads(pg_cluster.psql(database_url, f"select messages from conversations where id = '{conversation}'"))
+    said_by_user = [part["text"] for m in saved if m["role"] == "user" for part in m["parts"]]
+    assert said_by_user == ["Remember 42.", "What was it?"]

@@ -368,6 +368,7 @@ class Engine:
         mode, patterns, emit = spec.mode, spec.patterns, caller.emit
         # a resumed run continues from the history its first start read, whatever was saved since
         history = turn.history if steps is None else await steps.once("history", _same, turn.history)
+        moved_on = history != turn.history  # resumed after another turn of its conversation was saved: not saved
         provider, *fallbacks = await self._models(caller.sampling)
         # Only the children this run can use: a child still starting would be missing from its tools.
         await self.pool.wait_settled(self._children_needed(patterns, mode))
@@ -417,7 +418,7 @@ class Engine:
             finally:
                 with anyio.CancelScope(shield=True):  # the trace is whole on disk before the result is returned
                     await trace.aclose()
-            result = await self._remember(result, turn, steps)
+            result = await self._remember(result, turn, steps, moved_on=moved_on)
             await self.runs.finished(request.run_id, result.to_json())
             usage = result.usage
             log.info(
@@ -429,21 +430,25 @@ class Engine:
             )
         return result
 
-    async def _remember(self, result: RunResult, turn: Turn, steps: RunSteps | None) -> RunResult:
+    async def _remember(
+        self, result: RunResult, turn: Turn, steps: RunSteps | None, *, moved_on: bool = False
+    ) -> RunResult:
         """The result with the conversation it continues. A turn that cannot be saved (a store that cannot be
-        written, a hold lost to another process) keeps its answer, with no conversation id and `conversation_error`
-        saying why in one line."""
+        written, a hold lost to another process, a conversation that `moved_on` while the durable run was
+        interrupted) keeps its answer, with no conversation id and `conversation_error` saying why in one line."""
         if steps is None:
             trimmed, error = await self._save(turn, result)
         else:  # saved once: a replay past it does not write the conversation again
-            trimmed, error = await steps.once("conversation", self._save, turn, result)
+            trimmed, error = await steps.once("conversation", self._save, turn, result, moved_on)
         if error is None:
             return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
         log.warning("conversation_not_saved", path=self.database.label, error=error)
         return dataclasses.replace(result, conversation_error=error)
 
-    async def _save(self, turn: Turn, result: RunResult) -> tuple[int, str | None]:
+    async def _save(self, turn: Turn, result: RunResult, moved_on: bool = False) -> tuple[int, str | None]:
         """Save the turn: how many of its oldest turns were dropped, or why it was not saved (one line)."""
+        if moved_on:  # saving would drop the turns saved since this run read its history
+            return 0, MOVED_ON
         try:
             return await self.conversations.save(turn, result.transcript), None
         except (ConversationLost, ConfigError) as exc:
@@ -565,6 +570,11 @@ class Engine:
 
     def _child_changed(self, _child: ChildServer) -> None:
         self._changed()
+
+
+MOVED_ON = (
+    "the conversation moved on while this run was interrupted (a later turn was saved first); this turn was not saved"
+)
 
 
 def _same(value: Any) -> Any:
