@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 from conftest import FAULT_SERVER, ServerLog, free_port, openai_env
 from fake_llm import FakeLLM
 from mcp import Client
@@ -61,3 +62,12 @@ def replica(config: Path, environ: dict[str, str]) -> Iterator[tuple[subprocess.
 async def read_run(client: Client, run_id: str) -> dict[str, Any]:
     contents = (await client.read_resource(f"meta-agent://runs/{run_id}")).contents
     return json.loads(contents[0].text)  # type: ignore[union-attr]
+
+
+async def done_run(url: str, run_id: str, *, within: float = 60) -> dict[str, Any]:
+    """The run read through the replica at `url` once it is done."""
+    async with Client(url) as client:
+        with anyio.fail_after(within):
+            while (run := await read_run(client, run_id))["status"] != "done":
+                await anyio.sleep(0.1)  # polling the run's status, as a caller whose connection died would
+    return run

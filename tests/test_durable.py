@@ -17,7 +17,7 @@ from conftest import FAULT_SERVER, ProgressLog, http_serving, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from postgres_cluster import Cluster
-from replicas import fault_config, read_run, replica, replica_environ
+from replicas import done_run, fault_config, replica, replica_environ
 
 from meta_agent.config import ServerEntry, Settings
 from meta_agent.engine import Engine
@@ -59,14 +59,6 @@ async def run_until_killed(
         code: int = await anyio.to_thread.run_sync(doomed.wait, 30)
         tg.cancel_scope.cancel()
     return code
-
-
-async def done_run(url: str, run_id: str, *, within: float = 60) -> dict[str, Any]:
-    async with Client(url) as client:
-        with anyio.fail_after(within):
-            while (run := await read_run(client, run_id))["status"] != "done":
-                await anyio.sleep(0.1)  # polling the run's status, as a caller whose connection died would
-    return run
 
 
 async def test_a_run_whose_replica_is_killed_is_finished_by_the_other_and_its_change_is_made_once(

@@ -14,7 +14,7 @@ from conftest import ProgressLog
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from postgres_cluster import Cluster
-from replicas import fault_config, read_run, replica, replica_environ
+from replicas import done_run, fault_config, replica, replica_environ
 
 pytestmark = pytest.mark.anyio
 
@@ -119,10 +119,7 @@ async def test_a_round_waiting_on_one_replica_for_a_run_whose_replica_is_killed_
             "its run ended"
         )
         there.touch()
-        async with Client(other) as client:
-            with anyio.fail_after(60):
-                while (run := await read_run(client, run_id))["status"] != "done":
-                    await anyio.sleep(0.1)  # polling the run's status, as the caller told to would
+        run = await done_run(other, run_id)  # as the caller told where to read it would
     assert run["error"] is None and run["result"]["answer"] == "All done.", run
     assert changes.read_text() == "changed\n"  # approved once, made once
 

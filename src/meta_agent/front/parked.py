@@ -85,7 +85,7 @@ class ParkedRun:
         self.id = str(ULID())
         self.scope = anyio.CancelScope()
         self.ticks = itertools.count(1)  # progress keeps counting up across the rounds
-        self.shared = shared
+        self._shared = shared
         self._sampling = sampling
         self._asking = anyio.Lock()
         self._seq = 0
@@ -113,7 +113,7 @@ class ParkedRun:
                 await self._post(pending.seq, Question(pending.seq, key, request))
                 with anyio.move_on_after(PARK_TIMEOUT):
                     async with anyio.create_task_group() as answers:
-                        if self.shared is not None:
+                        if self._shared is not None:
                             answers.start_soon(self._answer_from_elsewhere, pending)
                         await pending.answered.wait()
                         answers.cancel_scope.cancel()
@@ -146,8 +146,8 @@ class ParkedRun:
     async def emit(self, event: ev.Event) -> None:
         """Progress goes to whichever round of the call is live, here or on another replica; between rounds it waits
         for the next one."""
-        if isinstance(event, ev.RunStarted) and self.shared is not None:
-            await self._tell(self.shared.running, self.id, event.run_id)
+        if isinstance(event, ev.RunStarted) and self._shared is not None:
+            await self._tell(self._shared.running, self.id, event.run_id)
         if self._sink is not None:
             await self._sink(event)
         elif self._remote:
@@ -159,8 +159,8 @@ class ParkedRun:
         """Run `work` to its result, which the next round collects; `done` once it has ended, however it ended."""
         answered = False
         try:
-            if self.shared is not None:
-                await self._tell(self.shared.opened, self.id, self.scope.cancel)
+            if self._shared is not None:
+                await self._tell(self._shared.opened, self.id, self.scope.cancel)
             with self.scope:
                 try:
                     result = await work()
@@ -176,8 +176,8 @@ class ParkedRun:
             if not answered:  # reaped or cancelled: a round waiting (here or elsewhere) learns the run ended
                 with anyio.CancelScope(shield=True):
                     await self._post(self._seq + 1, _ended())
-            if self.shared is not None:
-                self.shared.ended(self.id)
+            if self._shared is not None:
+                self._shared.ended(self.id)
             done()
 
     # -- the caller's side -----------------------------------------------------------------------------------------
@@ -201,10 +201,6 @@ class ParkedRun:
         self._pending.answered.set()
         return True
 
-    @property
-    def round_live(self) -> bool:
-        return self._round_live
-
     async def next_round(self, sink: Sink, after: int = 0) -> Question | t.CallToolResult:
         """Wait for the run's first outcome after question `after` (0: its first), reporting progress to this round
         meanwhile."""
@@ -222,8 +218,8 @@ class ParkedRun:
         finally:
             self._sink = None
             self._round_live = False
-        if isinstance(outcome, t.CallToolResult) and self.shared is not None:
-            await self._tell(self.shared.collected, self.id)
+        if isinstance(outcome, t.CallToolResult) and self._shared is not None:
+            await self._tell(self._shared.collected, self.id)
         return outcome
 
     # -- below -----------------------------------------------------------------------------------------------------
@@ -233,17 +229,17 @@ class ParkedRun:
         self._remote = False  # the round on another replica ends with this outcome
         posted, self._posted = self._posted, anyio.Event()
         posted.set()
-        if self.shared is not None:
+        if self._shared is not None:
             body = outcome if isinstance(outcome, t.CallToolResult) else outcome.round(self.id)
             dumped = body.model_dump(mode="json", by_alias=True)
-            await self._tell(self.shared.post, self.id, Outcome(seq, dumped, final=body is outcome))
+            await self._tell(self._shared.post, self.id, Outcome(seq, dumped, final=body is outcome))
 
     async def _answer_from_elsewhere(self, pending: _Pending) -> None:
         """Take the answer to `pending` given through another replica; that replica's round is live from now on."""
-        assert self.shared is not None
+        assert self._shared is not None
         try:
-            answer = await self.shared.answer_to(self.id, pending.seq)
-        except self.shared.database.errors as exc:
+            answer = await self._shared.answer_to(self.id, pending.seq)
+        except self._shared.database.errors as exc:
             log.warning("parked_answer_not_heard", parked=self.id, error=str(exc))
             return  # an answer through this replica still comes
         if answer is None or pending.answered.is_set():
@@ -260,17 +256,17 @@ class ParkedRun:
 
     async def _relay(self, event: ev.Event) -> None:
         """`event` to the live round on another replica."""
-        assert self.shared is not None
+        assert self._shared is not None
         if (message := progress_message(event)) is not None:
-            await self._tell(self.shared.progress, self.id, next(self.ticks), message)
+            await self._tell(self._shared.progress, self.id, next(self.ticks), message)
 
     async def _tell(self, write: Callable[..., Awaitable[object]], *args: Any) -> None:
         """A write to the shared rounds; one that fails is logged: rounds through this replica still work."""
-        assert self.shared is not None
+        assert self._shared is not None
         try:
             await write(*args)
-        except self.shared.database.errors as exc:
-            log.warning("parked_round_not_shared", parked=self.id, error=str(exc), database=self.shared.database.label)
+        except self._shared.database.errors as exc:
+            log.warning("parked_round_not_shared", parked=self.id, error=str(exc), database=self._shared.database.label)
 
 
 @cache
