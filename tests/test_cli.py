@@ -297,27 +297,33 @@ def test_help_and_bad_input_load_no_sdk(tmp_path: Path, args: list[str], code: i
 
 
 RICH_PROBE = """
-import sys
+import os, sys
 import meta_agent.cli.main
 import structlog.dev
-before = "rich" in sys.modules
-import rich
-print(before, structlog.dev.rich, rich.MARK)
+from meta_agent.config import load_settings
+from meta_agent.front.server import build_server
+from meta_agent.records.logs import configure_logging
+configure_logging("warning")
+build_server(load_settings(), {}, os.environ)  # the SDK's server would set up a rich log handler
+before = sorted(name for name in ("rich", "greenlet") if name in sys.modules)
+import rich, greenlet
+print(before or "neither", structlog.dev.rich, rich.MARK, greenlet.MARK)
 """
 
 
-def test_the_command_line_imports_structlog_without_rich(tmp_path: Path) -> None:
-    """structlog imports rich where it is installed (a tenth of a second of every start); the command line hides it
-    from that import only. A stand-in `rich` on the path shows whether structlog took it, and that a later import
-    still finds it."""
-    (tmp_path / "rich").mkdir()
-    (tmp_path / "rich" / "__init__.py").write_text("MARK = 'stand-in rich'\n")
+def test_the_command_line_and_server_import_neither_rich_nor_greenlet(tmp_path: Path) -> None:
+    """structlog imports rich and greenlet where they are installed, and the SDK's MCPServer rich (tens of
+    milliseconds of every start, meta_agent.unimported); the command line and our server hide them from those imports
+    only. Stand-ins on the path show whether anything took them, and that a later import still finds them."""
+    for name in ("rich", "greenlet"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"MARK = 'stand-in-{name}'\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, "-c", RICH_PROBE], capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["False", "None", "stand-in", "rich"]
+    assert result.stdout.split() == ["neither", "None", "stand-in-rich", "stand-in-greenlet"]
 
 
 ATEXIT_PROBE = """

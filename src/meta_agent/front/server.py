@@ -9,9 +9,10 @@ before the result is returned, so no notification can follow it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -53,6 +54,7 @@ from meta_agent.internal import internal_tools
 from meta_agent.providers.sampling import SamplingProvider
 from meta_agent.records.parking import SharedRounds
 from meta_agent.records.traces import Redactor
+from meta_agent.unimported import hidden
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -101,14 +103,20 @@ class MetaAgentServer(MCPServer[Front]):
         self._open_engine = open_engine
         self.subscribers = ToolboxSubscribers(TOOLBOX_URI)
         self._shared_key = SharedKey() if shared_state else None
-        super().__init__(
-            "meta-agent",  # also the audience of sealed request states, the same on every replica
-            version=__version__,
-            instructions=INSTRUCTIONS,
-            lifespan=self._lifespan,
-            subscriptions=self.subscribers.bus,
-            request_state_security=None if self._shared_key is None else RequestStateSecurity(codec=self._shared_key),
-        )
+        # The SDK's server sets up a rich log handler, which logging.basicConfig drops where logging is set up already
+        # (by the command line, or the program that embeds us): rich need not be imported for it then.
+        skip_rich = hidden("rich") if logging.getLogger().handlers else nullcontext()
+        with skip_rich:
+            super().__init__(
+                "meta-agent",  # also the audience of sealed request states, the same on every replica
+                version=__version__,
+                instructions=INSTRUCTIONS,
+                lifespan=self._lifespan,
+                subscriptions=self.subscribers.bus,
+                request_state_security=None
+                if self._shared_key is None
+                else RequestStateSecurity(codec=self._shared_key),
+            )
         # MCPServer offers no public way to add a spec request handler.
         self.subscribers.install(self._lowlevel_server)
 
