@@ -250,3 +250,26 @@ async def test_a_cancelled_run_is_done_saying_so(tmp_path: Path, llm: FakeLLM) -
         while (run := (await all_runs(settings))[0])["status"] == "running":
             await anyio.sleep(0.05)
     assert run["status"] == "done" and run["error"] == "cancelled" and run["result"] is None
+
+
+async def test_a_replica_that_lost_a_run_cannot_end_it_under_the_replica_running_it_now(tmp_path: Path) -> None:
+    """A replica that stalled past its run's mark while another took the run over (and resumed it): its late end of
+    the run, a result or a failure, is not written over the run as the other runs it. A run given up is, whoever
+    ran it."""
+    database = SqliteDatabase(tmp_path / "runs.sqlite3")
+    stalled, taker = RunIndex(database, "stalled"), RunIndex(database, "taker")
+    with pytest.raises(RuntimeError, match="late"):
+        async with stalled.running("r1", "agent", "t"):
+            async with taker.running("r1", "agent", "t"):  # took it over
+                await stalled.finished("r1", {"answer": "stale"})
+                state = await taker.read("r1")
+                assert state is not None and (state.status, state.replica) == ("running", "taker")
+                await taker.finished("r1", {"answer": "fresh"})
+            raise RuntimeError("the stalled replica's run fails late")
+    state = await taker.read("r1")
+    assert state is not None and (state.status, state.result, state.error) == ("done", {"answer": "fresh"}, None)
+    async with taker.running("r2", "agent", "t"):
+        await stalled.given_up("r2", "not resumed")
+    state = await taker.read("r2")
+    assert state is not None and (state.status, state.error) == ("done", "not resumed")
+    database.close()

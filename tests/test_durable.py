@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from mcp import Client
 from postgres_cluster import Cluster
 from replicas import done_run, fault_config, replica, replica_environ
 
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config import ServerEntry, Settings, load_servers
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError
 from meta_agent.records.database import PostgresDatabase
@@ -254,3 +255,60 @@ async def test_a_resumed_run_does_not_overwrite_a_turn_of_its_conversation_saved
     saved = json.loads(pg_cluster.psql(database_url, f"select messages from conversations where id = '{conversation}'"))
     said_by_user = [part["text"] for m in saved if m["role"] == "user" for part in m["parts"]]
     assert said_by_user == ["Remember 42.", "What was it?"]
+
+
+async def test_a_resumed_run_whose_engine_stops_is_left_for_another_replica_not_cancelled(
+    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """An engine stopped without a signal (its host closed stdin, say) ends the runs it resumed: nobody cancelled
+    them, so they are left interrupted, at once, and the next replica finishes them."""
+    changes, there = tmp_path / "changes.txt", tmp_path / "there"
+    config = servers_json(tmp_path)
+    environ = {**replica_environ(llm, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
+    llm.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
+    llm.reply(openai_reply(None, ("c2", "f__wait_for_file", {"path": str(there)})))
+    with replica(config, environ) as (doomed, doomed_url, _):
+        await run_until_killed(doomed_url, "Change it, then wait.", f"waiting for {there}", doomed)
+    run_id = pg_cluster.psql(database_url, "select id from runs")
+    row = f"select replica, status, error, alive_until from runs where id = '{run_id}'"
+    settings = Settings(model="openai:fake-model", database_url=database_url, trace_dir=tmp_path, lease_seconds=1)
+    servers = load_servers(config, os.environ)
+    async with Engine(settings, servers, openai_env(llm)) as engine:
+        with anyio.fail_after(30):  # until it runs the run again (its replica's mark lapsed)
+            while not pg_cluster.psql(database_url, row).startswith(f"{engine.runs.replica}|running|"):
+                await anyio.sleep(0.05)
+    assert pg_cluster.psql(database_url, row) == f"{engine.runs.replica}|running||0"
+    status = f"select status from dbos.workflow_status where workflow_uuid = '{run_id}'"
+    assert pg_cluster.psql(database_url, status) == "PENDING"
+    there.touch()
+    llm.reply(openai_reply("All done."))
+    with replica(config, environ) as (_, url, _):
+        run = await done_run(url, run_id)
+    assert run["error"] is None and run["result"]["answer"] == "All done.", run
+    assert changes.read_text() == "changed\n"
+
+
+async def test_a_run_whose_next_replica_stops_before_running_it_is_handed_on_again(
+    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A replica that took a run from DBOS's queue and stopped before the run's first write here (DBOS names it, the
+    run index still the replica before it): the run is handed on again, not left to nobody."""
+    changes, there = tmp_path / "changes.txt", tmp_path / "there"
+    config = servers_json(tmp_path)
+    environ = {**replica_environ(llm, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
+    llm.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
+    llm.reply(openai_reply(None, ("c2", "f__wait_for_file", {"path": str(there)})))
+    with replica(config, environ) as (doomed, doomed_url, _):
+        await run_until_killed(doomed_url, "Change it, then wait.", f"waiting for {there}", doomed)
+    run_id = pg_cluster.psql(database_url, "select id from runs")
+    # what such a replica leaves: the workflow pending under its name
+    pg_cluster.psql(
+        database_url, f"update dbos.workflow_status set executor_id = 'gone' where workflow_uuid = '{run_id}'"
+    )
+    there.touch()
+    llm.reply(openai_reply("All done."))
+    with replica(config, environ) as (_, url, log):
+        run = await done_run(url, run_id)
+    assert run["error"] is None and run["result"]["answer"] == "All done.", run
+    assert changes.read_text() == "changed\n"
+    assert log.count("run_resumed") == 1

@@ -15,7 +15,10 @@ which replay rebuilds.
 
 Who finishes a run whose replica died: the run index marks a running run's row alive while its replica runs it. Each
 replica looks, every third of that mark's span, for rows whose mark lapsed, takes each in one update (so only one
-replica takes it), and has DBOS resume it; DBOS's queue gives it to exactly one replica to run. A resumed run has
+replica takes it), and has DBOS resume it; DBOS's queue gives it to exactly one replica to run (and should that one
+stop before the run's first write names it in the index, the row lapses again and the run is handed on again). A
+replica whose engine stops leaves the runs it resumed interrupted, for the next, as a stopping process leaves all its
+runs. The index takes the writes of the replica running a run only: one that lost it cannot end it. A resumed run has
 no caller: nobody hears its progress, its model cannot be the host's (sampling), and a call whose approval was not
 answered before is refused. Runs of another meta-agent version are left alone (DBOS refuses to replay them with
 other code).
@@ -83,7 +86,7 @@ class DurableRuns:
         self.check_every = check_every if check_every is not None else index.alive_seconds / 3
         self._body: Body | None = None
         self._callers: dict[str, Any] = {}  # by run id: the caller of a run started here, while it runs
-        self._resumed: set[asyncio.Task[Any]] = set()
+        self._resumed: dict[asyncio.Task[Any], str] = {}  # the runs resumed here, by the task that runs each
         self._watch: anyio.abc.TaskGroup | None = None
 
     async def start(self, body: Body) -> None:
@@ -124,7 +127,8 @@ class DurableRuns:
             self._watch.cancel_scope.cancel()
             await self._watch.__aexit__(None, None, None)
             self._watch = None
-        for task in list(self._resumed):  # runs resumed here stop with it; another replica resumes them
+        for task, run_id in list(self._resumed.items()):  # runs resumed here stop with it; another replica resumes them
+            self.index.leave(run_id)  # not `done` as cancelled: nobody cancelled it
             task.cancel()
         if self._resumed:
             await asyncio.wait(list(self._resumed))
@@ -161,12 +165,12 @@ class DurableRuns:
             return await self._body(spec, caller)
         task = asyncio.current_task()
         assert task is not None
-        self._resumed.add(task)
+        self._resumed[task] = run_id
         log.info("run_resumed", run_id=run_id)
         try:
             return await self._body(spec, None)
         finally:
-            self._resumed.discard(task)
+            del self._resumed[task]
 
     def steps(self, *, can_ask: bool) -> RunSteps:
         """The steps of the run being run now (call within its body)."""
@@ -198,11 +202,12 @@ class DurableRuns:
                     run_id, f"interrupted; not resumed: it was started by meta-agent {status.app_version}"
                 )
                 return
-            if status.status == "PENDING" and status.executor_id == replica:
+            # PENDING: `replica` ran it, or another replica took it from DBOS's queue and stopped before the run's
+            # first write named it here (that write comes first, and the row was marked for a whole span since)
+            if status.status == "PENDING":
                 await DBOS.resume_workflow_async(run_id)
-                log.info("run_handed_on", run_id=run_id, replica=replica)
-            # ENQUEUED: DBOS gives it to a replica; PENDING elsewhere: a replica took it and is starting it; ended:
-            # its row was left behind, its record says how it ended
+                log.info("run_handed_on", run_id=run_id, replica=status.executor_id)
+            # ENQUEUED: DBOS gives it to a replica; ended: its row was left behind, its record says how it ended
             elif status.status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
                 await self.index.given_up(run_id, f"interrupted; its durable record says {status.status.lower()}")
         except Exception as exc:  # the next look tries again: the row's mark lapses again

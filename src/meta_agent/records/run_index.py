@@ -71,6 +71,12 @@ class RunIndex:
         self.database = database
         self.replica = replica
         self.alive_seconds = alive_seconds
+        self._left: set[str] = set()  # runs to leave `interrupted` when cancelled (`leave`)
+
+    def leave(self, run_id: str) -> None:
+        """The run `run_id`, cancelled from now on, is left `interrupted` (its mark dropped at once) for another
+        replica to finish, as every run is once the process is stopping: a resumed run whose engine stops."""
+        self._left.add(run_id)
 
     @asynccontextmanager
     async def running(self, run_id: str, mode: str, task: str = "") -> AsyncIterator[None]:
@@ -85,26 +91,27 @@ class RunIndex:
                 yield
             except anyio.get_cancelled_exc_class():  # a caller that went away: cancellation goes on as it came
                 with anyio.CancelScope(shield=True):
-                    if _stopping:
-                        await self._write(_alive, run_id, 0.0)
+                    if _stopping or run_id in self._left:
+                        await self._write(_alive, run_id, self.replica, 0.0)
                     else:
-                        await self._write(_finish, run_id, None, "cancelled")
+                        await self._write(_finish, run_id, self.replica, None, "cancelled")
                 raise
             except Exception as exc:  # raised below as it came, not wrapped in this task group's exception group
                 failure = exc
             finally:
                 renewals.cancel_scope.cancel()
+                self._left.discard(run_id)
         if failure is not None:  # (a KeyboardInterrupt goes through: the run reads `interrupted` once its mark lapses)
             with anyio.CancelScope(shield=True):
-                await self._write(_finish, run_id, None, _why(leaf(failure)))
+                await self._write(_finish, run_id, self.replica, None, _why(leaf(failure)))
             raise failure
 
     async def finished(self, run_id: str, result: Mapping[str, Any]) -> None:
-        await self._write(_finish, run_id, json.dumps(result), None)
+        await self._write(_finish, run_id, self.replica, json.dumps(result), None)
 
     async def given_up(self, run_id: str, why: str) -> None:
         """The run is done without a result: it will not be finished (`why`, one line)."""
-        await self._write(_finish, run_id, None, why)
+        await self._write(_finish, run_id, None, None, why)
 
     async def take_lapsed(self) -> list[tuple[str, str]]:
         """The runs still `running` whose mark lapsed (their replica stopped), each with the replica that ran it;
@@ -133,7 +140,7 @@ class RunIndex:
     async def _renew(self, run_id: str) -> None:
         while True:
             await anyio.sleep(self.alive_seconds / 3)
-            await self._write(_alive, run_id, time.time() + self.alive_seconds)
+            await self._write(_alive, run_id, self.replica, time.time() + self.alive_seconds)
 
     async def _write(self, work: Any, *args: Any) -> None:
         try:
@@ -170,14 +177,23 @@ def _take_lapsed(sql: Sql, at: float, alive_seconds: float) -> list[tuple[str, s
     return [(str(run_id), str(replica)) for run_id, replica in rows]
 
 
-def _alive(sql: Sql, run_id: str, alive_until: float) -> None:
-    sql.execute("update runs set alive_until = ? where id = ? and status = 'running'", (alive_until, run_id))
+# The writes of the replica running a run name it (`replica`): one that lost the run (it stalled past its mark, and
+# another replica took the run over) cannot renew, leave or end it under the one running it now.
 
 
-def _finish(sql: Sql, run_id: str, result: str | None, error: str | None) -> None:
+def _alive(sql: Sql, run_id: str, replica: str, alive_until: float) -> None:
     sql.execute(
-        "update runs set status = 'done', result = ?, error = ?, updated = ?, alive_until = null where id = ?",
-        (result, error, now(), run_id),
+        "update runs set alive_until = ? where id = ? and replica = ? and status = 'running'",
+        (alive_until, run_id, replica),
+    )
+
+
+def _finish(sql: Sql, run_id: str, replica: str | None, result: str | None, error: str | None) -> None:
+    """The run is done; `replica` None: whoever runs it (a run given up by the replica that took it)."""
+    mine = "" if replica is None else " and replica = ?"
+    sql.execute(
+        f"update runs set status = 'done', result = ?, error = ?, updated = ?, alive_until = null where id = ?{mine}",
+        (result, error, now(), run_id, *(() if replica is None else (replica,))),
     )
 
 
