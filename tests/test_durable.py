@@ -312,3 +312,42 @@ async def test_a_run_whose_next_replica_stops_before_running_it_is_handed_on_aga
     assert run["error"] is None and run["result"]["answer"] == "All done.", run
     assert changes.read_text() == "changed\n"
     assert log.count("run_resumed") == 1
+
+
+async def test_a_run_of_another_version_is_left_to_a_replica_of_that_version(
+    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A deploy: the run was started by another meta-agent version, whose code DBOS must replay it with. A replica of
+    this version lets go of it each time it takes it (the run stays interrupted, not given up), and a replica of that
+    version (here: the record says this version again) finishes it."""
+    changes, there = tmp_path / "changes.txt", tmp_path / "there"
+    config = servers_json(tmp_path)
+    environ = {**replica_environ(llm, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
+    llm.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
+    llm.reply(openai_reply(None, ("c2", "f__wait_for_file", {"path": str(there)})))
+    with replica(config, environ) as (doomed, doomed_url, _):
+        await run_until_killed(doomed_url, "Change it, then wait.", f"waiting for {there}", doomed)
+    run_id = pg_cluster.psql(database_url, "select id from runs")
+    workflow = f"workflow_uuid = '{run_id}'"
+    version = pg_cluster.psql(database_url, f"select application_version from dbos.workflow_status where {workflow}")
+    pg_cluster.psql(database_url, f"update dbos.workflow_status set application_version = 'older' where {workflow}")
+    takes = "select count(*) from runs where status = 'running' and alive_until > 0"
+    with replica(config, environ) as (_, url, log):
+        with anyio.fail_after(30):
+            while log.count("run_left") < 1:
+                await anyio.sleep(0.05)
+        index = RunIndex(PostgresDatabase(database_url), "reader")
+        state = await index.read(run_id)
+        index.database.close()
+        assert state is not None and state.status == "interrupted" and state.error is None, state
+        assert pg_cluster.psql(database_url, takes) == "0"  # let go of at once
+        assert pg_cluster.psql(database_url, f"select status from dbos.workflow_status where {workflow}") == "PENDING"
+        there.touch()
+        llm.reply(openai_reply("All done."))
+        pg_cluster.psql(
+            database_url, f"update dbos.workflow_status set application_version = '{version}' where {workflow}"
+        )
+        run = await done_run(url, run_id)
+    assert run["error"] is None and run["result"]["answer"] == "All done.", run
+    assert changes.read_text() == "changed\n"
+    assert log.count("run_left") == 1

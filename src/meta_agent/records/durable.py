@@ -15,13 +15,14 @@ which replay rebuilds.
 
 Who finishes a run whose replica died: the run index marks a running run's row alive while its replica runs it. Each
 replica looks, every third of that mark's span, for rows whose mark lapsed, takes each in one update (so only one
-replica takes it), and has DBOS resume it; DBOS's queue gives it to exactly one replica to run (and should that one
-stop before the run's first write names it in the index, the row lapses again and the run is handed on again). A
-replica whose engine stops leaves the runs it resumed interrupted, for the next, as a stopping process leaves all its
-runs. The index takes the writes of the replica running a run only: one that lost it cannot end it. A resumed run has
-no caller: nobody hears its progress, its model cannot be the host's (sampling), and a call whose approval was not
-answered before is refused. Runs of another meta-agent version are left alone (DBOS refuses to replay them with
-other code).
+replica takes it), and has DBOS resume it; DBOS's queue gives it to exactly one replica to run (and should that one stop
+before the run's first write names it in the index, the row lapses again and the run is handed on again). A replica
+whose engine stops leaves the runs it resumed interrupted, for the next, as a stopping process leaves all its runs. The
+index takes the writes of the replica running a run only: one that lost it cannot end it. A resumed run has no caller:
+nobody hears its progress, its model cannot be the host's (sampling), and a call whose approval was not answered before
+is refused. Runs of another meta-agent version are left to the replicas of that version (DBOS refuses to replay them
+with other code): one that takes such a run lets go of it at once, so that during a deploy a replica of the old version
+finishes it; once none is left, it stays interrupted.
 
 dbos is imported only here, and only with a PostgreSQL database (about 300 ms).
 """
@@ -88,6 +89,7 @@ class DurableRuns:
         self._callers: dict[str, Any] = {}  # by run id: the caller of a run started here, while it runs
         self._resumed: dict[asyncio.Task[Any], str] = {}  # the runs resumed here, by the task that runs each
         self._watch: anyio.abc.TaskGroup | None = None
+        self._other_versions: set[str] = set()  # runs of another version, left to its replicas (said once)
 
     async def start(self, body: Body) -> None:
         """Launch DBOS on this event loop (a resumed run runs on it), and look for runs to resume from now on.
@@ -197,10 +199,11 @@ class DurableRuns:
             if status is None:  # its replica died before the run's first record
                 await self.index.given_up(run_id, "interrupted before it started; it was not resumed")
                 return
-            if status.app_version not in (None, self.version):
-                await self.index.given_up(
-                    run_id, f"interrupted; not resumed: it was started by meta-agent {status.app_version}"
-                )
+            if status.app_version not in (None, self.version):  # a replica of that version may take it (a deploy)
+                await self.index.release(run_id)
+                if run_id not in self._other_versions:
+                    self._other_versions.add(run_id)
+                    log.info("run_left", run_id=run_id, version=status.app_version)
                 return
             # PENDING: `replica` ran it, or another replica took it from DBOS's queue and stopped before the run's
             # first write named it here (that write comes first, and the row was marked for a whole span since)

@@ -113,6 +113,11 @@ class RunIndex:
         """The run is done without a result: it will not be finished (`why`, one line)."""
         await self._write(_finish, run_id, None, None, why)
 
+    async def release(self, run_id: str) -> None:
+        """Let go of the run `run_id` taken by `take_lapsed` without handing it on: its mark lapses at once, for the
+        next replica's look."""
+        await self._write(_alive, run_id, None, 0.0)
+
     async def take_lapsed(self) -> list[tuple[str, str]]:
         """The runs still `running` whose mark lapsed (their replica stopped), each with the replica that ran it;
         marked alive again, so that a run is taken by one replica only (it is its to hand on). The row keeps naming
@@ -181,10 +186,12 @@ def _take_lapsed(sql: Sql, at: float, alive_seconds: float) -> list[tuple[str, s
 # another replica took the run over) cannot renew, leave or end it under the one running it now.
 
 
-def _alive(sql: Sql, run_id: str, replica: str, alive_until: float) -> None:
+def _alive(sql: Sql, run_id: str, replica: str | None, alive_until: float) -> None:
+    """The run's mark; `replica` None: whoever runs it (a run let go by the replica that took it)."""
+    mine = "" if replica is None else " and replica = ?"
     sql.execute(
-        "update runs set alive_until = ? where id = ? and replica = ? and status = 'running'",
-        (alive_until, run_id, replica),
+        f"update runs set alive_until = ? where id = ? and status = 'running'{mine}",
+        (alive_until, run_id, *(() if replica is None else (replica,))),
     )
 
 
