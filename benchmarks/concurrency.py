@@ -107,11 +107,16 @@ async def _burst(url: str, mode: str) -> float:
             for i in range(CALLS):
                 tg.start_soon(one, i)
         elapsed = clock() - started
+    check_burst(results)
+    return elapsed * 1000
+
+
+def check_burst(results: list[t.CallToolResult]) -> None:
+    """Every call of a burst ended with its final answer, after its TURNS model turns, and its tool ran."""
     bad = [r for r in results if r.is_error or (r.structured_content or {}).get("stop_reason") != "final"]
     assert len(results) == CALLS and not bad, bad[:1]
     assert all(r.structured_content["usage"]["model_calls"] == TURNS for r in results)  # type: ignore[index]
     assert all(r.structured_content["answer"] == "done: hello" for r in results)  # type: ignore[index]  # the tool ran
-    return elapsed * 1000
 
 
 async def measure(rounds: int) -> dict[str, Any]:
