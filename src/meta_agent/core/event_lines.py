@@ -11,6 +11,8 @@ from meta_agent.text import one_line, plural
 
 ARGUMENTS_SHOWN = 160
 TEXT_SHOWN = 160
+_DEEPEST = 8  # nesting shown in an arguments line: deeper values are "…"
+_SHORTEST_ITEM = 4  # what one more item of a list or map adds to an arguments line, at least (`, 1`)
 
 
 def describe(event: ev.Event) -> str | None:
@@ -59,5 +61,26 @@ def describe(event: ev.Event) -> str | None:
 
 def arguments_line(arguments: Mapping[str, Any], limit: int) -> str:
     """A tool call's arguments as one line of JSON, cut with an ellipsis past `limit` characters: what a progress
-    message and an approval question show of them."""
-    return one_line(json.dumps(dict(arguments), ensure_ascii=False, default=str), limit)
+    message and an approval question show of them. Only their first `limit` characters or so are ever looked at, so
+    a model's 100 MB argument costs no more than a short one."""
+    return one_line(json.dumps(_head(dict(arguments), limit), ensure_ascii=False, default=str), limit)
+
+
+def _head(value: Any, room: int, depth: int = 0) -> Any:
+    """As much of `value` as a line of `room` characters can show: long strings, long lists and maps, and deep
+    nesting cut (the line is cut at `room` anyway; this only spares the work of writing what it would cut)."""
+    if isinstance(value, str):
+        return value[: room + 1]
+    if not isinstance(value, Mapping | list | tuple):
+        return value
+    if depth >= _DEEPEST or room <= 0:
+        return "…"
+    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    kept: dict[str, Any] = {}
+    for key, item in items:
+        if room <= 0:
+            kept["…"] = "…"
+            break
+        kept[str(key)[: room + 1]] = _head(item, room, depth + 1)
+        room -= len(str(key)) + _SHORTEST_ITEM
+    return kept if isinstance(value, Mapping) else list(kept.values())
