@@ -421,6 +421,9 @@ class Settings(BaseSettings):
     # Seconds a process's hold on a conversation, and its mark on a running run, outlive its last renewal: how soon
     # a process that died is known to have (its conversations free again, its runs `interrupted`).
     lease_seconds: float = Field(default=30.0, gt=0, le=300)
+    # Seconds the event loop of `serve` may go without turning before the process leaves with exit status 70
+    # (cli/watchdog.py): work that never yields, whatever it is, cannot freeze a replica for good.
+    stall_seconds: float = Field(default=30.0, gt=0)
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None

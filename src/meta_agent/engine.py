@@ -28,6 +28,7 @@ from meta_agent.children.supervisor import ChildServer, ChildStatus
 from meta_agent.children.webhooks import Webhooks
 from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings, load_servers, webhooks_of
 from meta_agent.core import events as ev
+from meta_agent.core.event_lines import describe
 from meta_agent.core.events import Emit, Event
 from meta_agent.core.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.core.loop import RunRequest, run
@@ -162,6 +163,7 @@ class Engine:
         self.config_problem: str | None = None  # why the followed config file cannot be used, while it cannot
         self._reload_now = anyio.Event()
         self._background: anyio.abc.TaskGroup | None = None  # follows the config file
+        self._latest: dict[str, Event] = {}  # each running run's latest event: what it is doing (in_progress)
 
     async def __aenter__(self) -> Engine:
         removed = prune_traces(self.trace_dir, self.settings.trace_max_age_days)
@@ -301,6 +303,11 @@ class Engine:
         webhooks = withheld_webhooks(self.pool.webhooks, self._recorded, trust_problem=self.trust_problem)
         return [(spec, self.withheld[spec.name]) for spec in internal] + children + webhooks
 
+    def in_progress(self) -> list[str]:
+        """What each running run is doing, a line each (`01K… · step 4 · call kid.big {…}`): its latest progress line.
+        Safe to read from another thread while the event loop is stalled (cli/watchdog.py)."""
+        return [f"{run_id} · {describe(event) or event.kind}" for run_id, event in list(self._latest.items())]
+
     def internal_tool(self, name: str) -> InternalTool | None:
         return next((tool for tool in self.internal if tool.name == name), None)
 
@@ -400,6 +407,7 @@ class Engine:
         sinks = [sink for sink in (emit, trace, Spans()) if sink is not None]
 
         async def fan_out(event: Event) -> None:
+            self._latest[request.run_id] = event
             for sink in sinks:
                 await sink(event)
 
@@ -416,6 +424,7 @@ class Engine:
                     checks=self._checks,
                 )
             finally:
+                self._latest.pop(request.run_id, None)
                 with anyio.CancelScope(shield=True):  # the trace is whole on disk before the result is returned
                     await trace.aclose()
             result = await self._remember(result, turn, steps, moved_on=moved_on)

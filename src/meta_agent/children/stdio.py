@@ -63,6 +63,14 @@ def running_children() -> list[str]:
     return sorted(set(_RUNNING.values()))
 
 
+def kill_every_group() -> None:
+    """SIGKILL every child's process group that has not been ended, at once and from any thread: for a process that
+    must leave without its event loop (cli/watchdog.py), so that it leaves no orphans."""
+    for pgid in list(_RUNNING):
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
 class ProcessGroup:
     """A child's process group: the direct process (the leader, whose pid is the group id) and every descendant
     that stayed in the group."""

@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -44,7 +44,7 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
     server = build_server(
         settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config, hold_children=hold
     )
-    async with _reloading_on_hangup(server):
+    async with _reloading_on_hangup(server), _watched(server, settings):
         await serve_stdio(server)
     return 0
 
@@ -70,11 +70,23 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
     host, port = sockets[0].getsockname()[:2]
     log.info("serving_http", url=f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp")
     try:
-        async with _reloading_on_hangup(server):
+        async with _reloading_on_hangup(server), _watched(server, settings):
             await serve_http(app, sockets)
     except StartupFailed:
         return fail("serve: the server failed to start (the log above says why)", EXIT_FAILED)
     return 0
+
+
+def _watched(server: MetaAgentServer, settings: Settings) -> AbstractAsyncContextManager[None]:
+    """The stall watchdog over the serving (cli/watchdog.py), told what the server's runs are doing."""
+    from meta_agent.cli.watchdog import watching_the_loop
+    from meta_agent.records.traces import default_trace_dir
+
+    def in_progress() -> list[str]:
+        engine = server.engine
+        return [] if engine is None else engine.in_progress()
+
+    return watching_the_loop(settings.stall_seconds, in_progress, settings.trace_dir or default_trace_dir())
 
 
 def keep_reload_signal(stops: tuple[signal.Signals, ...]) -> tuple[signal.Signals, ...]:
