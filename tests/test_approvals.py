@@ -190,7 +190,7 @@ async def test_on_2026_07_28_allow_for_the_session_lasts_the_connection(llm: Fak
     assert len(user.asked) == 2  # ...but another connection is asked
     assert tool_message(llm).startswith("[error] the user did not allow f.delete_file (denied)")
     # progress flowed in every round of the first call, from start to done, its counter going up all the way
-    assert progress.messages[0].startswith("start · agent")
+    assert progress.messages[0].startswith("start · run ")
     assert progress.messages[-1] == "done · final (3 model calls, 2 tool calls)"
     counts = [p for p, _, _ in progress.seen]
     assert counts == sorted(set(counts)) and counts[0] == 1

@@ -61,7 +61,8 @@ async def test_a_provider_failing_mid_run_hands_the_turn_to_the_next(tmp_path: P
     assert out["usage"]["model_calls"] == 2
     assert out["usage"]["models"] == {"anthropic:claude-sonnet-5-5": 1, "openai:fake-model": 1}
     messages = progress.messages
-    assert messages[0].startswith("start · agent with anthropic:claude-sonnet-5-5 (then openai:fake-model) · ")
+    first = f"start · run {out['run_id']} · agent with anthropic:claude-sonnet-5-5 (then openai:fake-model) · "
+    assert messages[0].startswith(first)
     switch = "step 2 · anthropic:claude-sonnet-5-5 failed (HTTP 503); going on with openai:fake-model"
     assert messages[messages.index("step 2 · model") + 1] == switch
     assert messages[-1] == "done · final (2 model calls, 1 tool call)"

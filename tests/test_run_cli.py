@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def test_the_answer_on_stdout_and_the_steps_on_stderr(llm: FakeLLM, config: Path
     assert result.returncode == 0, result.stderr
     assert result.stdout == "It is evening in Tokyo.\n"
     lines = result.stderr.splitlines()
-    assert lines[0].startswith("start · agent with openai:fake-model · ")
+    assert re.fullmatch(r"start · run [0-9A-Z]{26} · agent with openai:fake-model · \d+ tools", lines[0]), lines[0]
     assert lines[1:3] == ["step 1 · model", 'step 1 · call time.get_current_time {"timezone": "Asia/Tokyo"}']
     assert lines[3].startswith("step 1 · time.get_current_time ok (")
     assert lines[4:] == ["step 2 · model", "done · final (2 model calls, 1 tool call)"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -105,7 +106,7 @@ async def test_agent_answers_with_text_structure_and_progress(client: Client, ll
     }
     assert set(usage["tool_ms"]) == {"time.get_current_time"} and usage["errors"] == {}
     messages = progress.messages
-    assert messages[0].startswith("start · agent with openai:fake-model · ")
+    assert messages[0].startswith(f"start · run {structured['run_id']} · agent with openai:fake-model · ")
     assert messages[1:3] == ["step 1 · model", 'step 1 · call time.get_current_time {"timezone": "Asia/Tokyo"}']
     assert messages[3].startswith("step 1 · time.get_current_time ok (")
     assert messages[4:] == ["step 2 · model", "done · final (2 model calls, 1 tool call)"]
@@ -459,7 +460,7 @@ async def test_the_hosts_model_through_sampling_on_a_legacy_session() -> None:
         progress = ProgressLog()
         result = await client.call_tool("agent", {"task": "time?"}, progress_callback=progress)
     assert text_of(result) == "It is noon (UTC), says the host's model."
-    assert progress.messages[0].startswith("start · agent with sampling")
+    assert progress.messages[0].startswith(f"start · run {result.structured_content['run_id']} · agent with sampling")  # type: ignore[index]
     assert asked[0].tools and "time__get_current_time" in {tool.name for tool in asked[0].tools}
     last = asked[1].messages[-1]
     assert last.role == "user"
@@ -658,7 +659,8 @@ async def test_concurrent_turns_of_one_conversation_are_serialised(llm: FakeLLM,
                     "<B>" in json.dumps(seen.body) for seen in llm.requests
                 ):
                     await anyio.sleep(0.01)  # until B waits for A (or, wrongly, runs beside it)
-                await waiting.until("waiting · for the conversation's previous turn")  # B's caller hears it waits
+                await waiting.until("for the conversation's previous turn")  # B's caller hears it waits
+                assert re.match(r"waiting · run [0-9A-Z]{26} · for ", waiting.messages[0]), waiting.messages
                 user.may_answer.set()
         assert [text_of(results[tag]) for tag in ("<A>", "<B>")] == ["A done", "B done"]
         turn_a = [("user", "turn <A>"), ("assistant", ""), ("tool", "deleted /a"), ("assistant", "A done")]

@@ -358,7 +358,7 @@ class Engine:
 
         async def waiting(seconds: float) -> None:  # a turn queued behind another is not a hung call
             if emit is not None:
-                await emit(ev.Heartbeat(step=0, waiting_for=PREVIOUS_TURN, elapsed_s=seconds))
+                await emit(ev.Heartbeat(step=0, waiting_for=PREVIOUS_TURN, elapsed_s=seconds, run_id=spec.run_id))
 
         existing = spec.conversation_id if spec.continues else None
         # running from the start: a run waiting for its turn of the conversation, or for its children, is one

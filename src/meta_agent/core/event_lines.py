@@ -18,9 +18,9 @@ _SHORTEST_ITEM = 4  # what one more item of a list or map adds to an arguments l
 def describe(event: ev.Event) -> str | None:
     """The event as one line (design.md §2.5), or None for events that say nothing new to a person."""
     match event:
-        case ev.RunStarted(mode=mode, model=model, tools=tools, fallbacks=fallbacks):
+        case ev.RunStarted(run_id=run_id, mode=mode, model=model, tools=tools, fallbacks=fallbacks):
             then = f" (then {', '.join(fallbacks)})" if fallbacks else ""
-            return f"start · {mode} with {model}{then} · {plural(len(tools), 'tool')}"
+            return f"start · run {run_id} · {mode} with {model}{then} · {plural(len(tools), 'tool')}"
         case ev.ModelSwitched(step=step, failed=failed, brief=brief, next=following):
             return f"step {step} · {failed} failed ({one_line(brief, TEXT_SHOWN)}); going on with {following}"
         case ev.ModelTurnStarted(step=step, final=final):
@@ -36,8 +36,8 @@ def describe(event: ev.Event) -> str | None:
         case ev.ChildProgress(step=step, name=name, progress=progress, total=total, message=message):
             told = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
             return f"step {step} · {name}: {one_line(told, TEXT_SHOWN)}"
-        case ev.Heartbeat(step=0, waiting_for=what, elapsed_s=elapsed):  # before the run's first step
-            return f"waiting · for {what} ({elapsed:.0f} s)"
+        case ev.Heartbeat(step=0, waiting_for=what, elapsed_s=elapsed, run_id=run_id):  # before the run's first step
+            return f"waiting · run {run_id} · for {what} ({elapsed:.0f} s)"
         case ev.Heartbeat(step=step, waiting_for=what, elapsed_s=elapsed):
             return f"step {step} · still waiting for {what} ({elapsed:.0f} s)"
         case ev.ApprovalRequested(step=step, name=name, arguments=arguments):

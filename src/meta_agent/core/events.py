@@ -112,6 +112,7 @@ class Heartbeat:
     step: int  # 0: before the run's first step (a turn queued behind another turn of its conversation)
     waiting_for: str  # "model", a tool's MCP-facing name, "the user's answer", "the conversation's previous turn"
     elapsed_s: float
+    run_id: str = ""  # given at step 0, where this may be the run's first progress line: a caller learns its run id
     kind: Literal["heartbeat"] = "heartbeat"
 
 
