@@ -7,6 +7,11 @@ answers: JSON or text as text, an image as an image; any other status than 2xx i
 start of the body (a redirect is not followed: the URL to call is the one configured). A timeout, a connection that
 fails and an answer over `MAX_ANSWER_BYTES` raise `ChildError`s, which the model sees as tool errors in one line.
 
+A GET adds the arguments to the query of the configured URL and never changes it: an argument named as one of the
+URL's own parameters (`token` beside `?token=...`) is a tool error, and nothing is sent. The URL's path, query and
+user info and every header value are secrets (an n8n webhook's path is its key): they are kept out of every log line
+(meta_agent.records.logs.hide) and out of what the model is told, which names a webhook by its name and host only.
+
 One HTTP client serves every call of the process's webhooks (its connections are reused); it is made at the first
 call, so a configuration with webhooks costs nothing until one is called, and closed with the pool that holds it.
 """
@@ -26,6 +31,7 @@ from meta_agent.config import WebhookEntry
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tools import WEBHOOKS, ProgressFn
 from meta_agent.errors import ChildError, ChildTimeout, ChildUnavailable
+from meta_agent.records.logs import hide, redacted
 from meta_agent.text import one_line
 from meta_agent.version import __version__
 
@@ -36,6 +42,10 @@ if TYPE_CHECKING:
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # Characters of a failed answer's body quoted in its error.
 BODY_SHOWN = 200
+# Parts of a webhook's URL or headers this long that hold a digit, or twice as long, are taken for keys (_key_shaped).
+KEY_SHAPED_MIN = 8
+# What the HTTP library raises about a request or its URL (InvalidURL and StreamError are not HTTPErrors).
+_HTTP_ERRORS = (httpx2.HTTPError, httpx2.InvalidURL, httpx2.StreamError)
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-www-form-urlencoded")
 
 
@@ -47,6 +57,7 @@ class Webhooks:
     def __init__(self, entries: Mapping[str, WebhookEntry]) -> None:
         self.entries: dict[str, WebhookEntry] = dict(entries)
         self._http: httpx2.AsyncClient | None = None
+        _hide_secrets(self.entries)
 
     @property
     def tools(self) -> tuple[t.Tool, ...]:
@@ -68,6 +79,7 @@ class Webhooks:
         flight goes on with the entry it started with."""
         changed = {name for name in {*self.entries, *entries} if self.entries.get(name) != entries.get(name)}
         self.entries = dict(entries)
+        _hide_secrets(self.entries)
         return tuple(sorted(changed))
 
     async def aclose(self) -> None:
@@ -89,7 +101,8 @@ class Webhooks:
         Raises:
             ChildUnavailable: no such enabled webhook now, or the connection could not be made; nothing was sent.
             ChildTimeout: no whole answer within `timeout`; the request was abandoned.
-            ChildError: the connection failed during the exchange, or the answer is too large.
+            ChildError: a GET's argument names a parameter of the URL's own query (nothing was sent), the connection
+                failed during the exchange, or the answer is too large.
         """
         entry = self.entries.get(tool)
         if entry is None:  # a reload removed it while a run went on with the tools it started with
@@ -112,20 +125,24 @@ class Webhooks:
     ) -> tuple[int, str, str, bytes]:
         """The request sent and the answer read whole: its status, reason phrase, content type and body."""
         http = self._client()
+        url = httpx2.URL(entry.url)
         if entry.method == "GET":
-            url = httpx2.URL(entry.url).copy_merge_params(_query(arguments))
-            request = http.build_request("GET", url, headers=entry.headers)
+            request = http.build_request("GET", _added(tool, url, arguments), headers=entry.headers)
         else:
-            request = http.build_request(entry.method, entry.url, json=dict(arguments), headers=entry.headers)
+            request = http.build_request(entry.method, url, json=dict(arguments), headers=entry.headers)
         try:
             response = await http.send(request, stream=True)
         except httpx2.ConnectError as exc:
-            raise ChildUnavailable(WEBHOOKS, f"{tool}: cannot connect: {_why(exc)}; nothing was sent") from None
-        except httpx2.HTTPError as exc:
-            raise ChildError(WEBHOOKS, f"{tool}: the request failed: {_why(exc)}; it may have run") from None
+            raise ChildUnavailable(
+                WEBHOOKS, f"{tool}: cannot connect to {_host(url)}: {_why(exc)}; nothing was sent"
+            ) from None
+        except _HTTP_ERRORS as exc:
+            raise ChildError(
+                WEBHOOKS, f"{tool}: the request to {_host(url)} failed: {_why(exc)}; it may have run"
+            ) from None
         try:
             body = await _read(tool, response)
-        except httpx2.HTTPError as exc:
+        except _HTTP_ERRORS as exc:
             raise ChildError(WEBHOOKS, f"{tool}: its answer broke off: {_why(exc)}; it may have run") from None
         finally:
             await response.aclose()
@@ -150,6 +167,25 @@ def _tool(name: str, entry: WebhookEntry) -> t.Tool:
         input_schema=entry.parameters,
         annotations=t.ToolAnnotations(read_only_hint=False, open_world_hint=True),
     )
+
+
+def _added(tool: str, url: httpx2.URL, arguments: Mapping[str, Any]) -> httpx2.URL:
+    """`url` with the arguments of a GET added after its own query, which is kept byte for byte.
+
+    Raises:
+        ChildError: an argument is named as a parameter of the URL's own query (`token` beside `?token=...`): an
+            argument may add to what the configuration sends, never replace it.
+    """
+    own = {name for name, _ in url.params.multi_items()}
+    if clash := sorted(own.intersection(arguments)):
+        said = f"argument {clash[0]!r} is" if len(clash) == 1 else f"arguments {', '.join(map(repr, clash))} are"
+        raise ChildError(
+            WEBHOOKS, f"{tool}: the {said} set by the webhook's own URL and cannot be given; nothing was sent"
+        )
+    added = str(httpx2.QueryParams(_query(arguments))).encode("ascii")
+    if not added:
+        return url
+    return url.copy_with(query=b"&".join(part for part in (url.query, added) if part))
 
 
 def _query(arguments: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -194,11 +230,12 @@ def _content(status: int, content_type: str, body: bytes) -> t.ContentBlock:
 
 
 def _failed(status: int, reason: str, content_type: str, body: bytes) -> t.CallToolResult:
-    """A non-2xx answer as a tool error: the status, and the start of a textual body on one line."""
+    """A non-2xx answer as a tool error: the status, and the start of a textual body on one line (a secret of the
+    webhook it quotes, as an error page may quote the URL, redacted)."""
     said = f"HTTP {status}{f' {reason}' if reason else ''}"
     if 300 <= status < 400:
         said += " (a redirect, not followed: set the webhook's url to where it points)"
-    shown = one_line(_text(content_type, body), BODY_SHOWN) if _textual(_media(content_type)) else ""
+    shown = one_line(redacted(_text(content_type, body)), BODY_SHOWN) if _textual(_media(content_type)) else ""
     text = f"the webhook answered {said}{f': {shown}' if shown else ''}"
     return t.CallToolResult(content=[t.TextContent(type="text", text=text)], is_error=True)
 
@@ -226,4 +263,34 @@ def _text(content_type: str, body: bytes) -> str:
 
 
 def _why(exc: BaseException) -> str:
-    return one_line(str(exc), BODY_SHOWN) or type(exc).__name__
+    """An HTTP library's error in one line, without the webhook's secrets (an error may quote its URL)."""
+    return one_line(redacted(str(exc)), BODY_SHOWN) or type(exc).__name__
+
+
+def _host(url: httpx2.URL) -> str:
+    """How a webhook's address is named to the model and in the log: its host and port, never its path or query."""
+    return f"{url.host}:{url.port}" if url.port is not None else url.host
+
+
+def _hide_secrets(entries: Mapping[str, WebhookEntry]) -> None:
+    """Keep each webhook's URL path, query, user info and header values out of every log line and error text: each
+    whole, and the parts of them shaped like a key (a page or a log line may quote a path's last segment alone)."""
+    secrets: list[str] = []
+    for entry in entries.values():
+        try:
+            url = httpx2.URL(entry.url)
+        except httpx2.InvalidURL:  # a disabled entry's URL, its ${VAR}s left unexpanded: never called
+            continue
+        path = url.raw_path.split(b"?")[0].decode("ascii")
+        secrets += [path, url.path, url.query.decode("ascii"), url.userinfo.decode("ascii"), url.password or ""]
+        secrets += entry.headers.values()
+        parts = [*url.path.split("/"), *(value for _, value in url.params.multi_items())]
+        parts += (word for value in entry.headers.values() for word in value.split())
+        secrets += filter(_key_shaped, parts)
+    hide(secrets)
+
+
+def _key_shaped(part: str) -> bool:
+    """Whether a part of a URL or a header value looks like a key (`a1b2c3d4`, a UUID, a long token) rather than a
+    word (`hooks`, `general`), which hiding would blank in every log line that holds it."""
+    return len(part) >= KEY_SHAPED_MIN and (any(c.isdigit() for c in part) or len(part) >= 2 * KEY_SHAPED_MIN)

@@ -43,6 +43,7 @@ from meta_agent.core.tool_call import READ_RESULT, Approver, Verdict
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.errors import ConfigError
+from meta_agent.records.logs import route_through_ours
 from meta_agent.records.run_index import RunIndex, stopping
 
 log = structlog.get_logger(__name__)
@@ -112,6 +113,7 @@ class DurableRuns:
                 "log_level": "WARNING",
             }
         )
+        route_through_ours("dbos")  # DBOS's lines (tracebacks of an outage) as ours, one JSON line each, not its own
         try:
             DBOS.launch()
         except BaseException:
