@@ -18,6 +18,7 @@ from conftest import EVERYTHING, FAULT_SERVER, ProgressLog, ServerLog, cancel_wh
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from raw_stdio import Era, raw_serving
 
 from meta_agent import __version__
 
@@ -290,3 +291,35 @@ def test_host_and_origin_are_compared_exactly(http_server: tuple[str, ServerLog]
             assert status(local, ("Origin", origin.format(port=port))) == 403, (path, era, origin)
         for origin in ALLOWED_ORIGINS:
             assert status(local, ("Origin", origin.format(port=port))) not in (401, 403, 421), (path, era, origin)
+
+
+# Lines a host gets wrong on stdio, and the (code, id) each is owed, as JSON-RPC 2.0 says (section 5).
+BAD_STDIO_LINES: list[tuple[bytes, tuple[int, int | None]]] = [
+    (b"not json", (-32700, None)),
+    (b"42", (-32600, None)),
+    (b"[]", (-32600, None)),
+    (b'{"jsonrpc":"2.0","id":7,"method":"tools/list","params":[]}', (-32602, 7)),
+    (b'{"jsonrpc":"2.0","id":8}', (-32600, 8)),
+    (b'{"id":9,"method":"tools/list"}', (-32600, 9)),
+]
+
+
+@pytest.mark.parametrize("moment", ["before_handshake", "after_handshake"])
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+async def test_stdio_answers_each_line_that_is_no_message(era: Era, moment: str, tmp_path: Path) -> None:
+    """Over raw stdio, as over HTTP, a line that is no JSON-RPC message gets an error answer (id null where none can
+    be read), the caller is not left waiting, and the pipe goes on serving: a valid request after it is answered."""
+    async with raw_serving(tmp_path, era, dict(os.environ)) as host:
+        if moment == "after_handshake":
+            await host.handshake()
+        for line, (code, request_id) in BAD_STDIO_LINES:
+            await host.write(line + b"\n")
+            answer = await host.message()
+            assert (answer["error"]["code"], answer["id"]) == (code, request_id), (line, answer)
+        if moment == "before_handshake":
+            await host.handshake()
+        assert {"ask", "plan", "agent"} <= await host.tool_names()
+        assert host.process.stdin is not None
+        await host.process.stdin.aclose()
+        assert await host.exit_code() == 0
+        assert await host.rest() == []

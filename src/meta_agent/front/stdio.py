@@ -3,10 +3,11 @@
 The SDK's `MCPServer.run_stdio_async()` reads stdin on a worker thread, and a thread blocked in `read()` cannot be
 cancelled: after SIGTERM or SIGINT the children were stopped, but the process then waited for the host to close
 stdin (a host that keeps it open had to SIGKILL us). Here stdin is read only once the event loop reports it
-readable, so cancelling the server ends the read at once. The SDK's `stdio_server` still frames the messages. As
-the SDK would, we point fd 0 at /dev/null and fd 1 at stderr while serving (stray prints miss the wire) and use
-private duplicates of the real ones. Each message goes out whole in one worker-thread call (the SDK's own writer
-makes two: write, then flush).
+readable, so cancelling the server ends the read at once. The lines are framed here as the SDK's `stdio_server`
+frames them, except that a line that is no valid message is answered as JSON-RPC says (front/stdio_lines.py), where
+the SDK's session dropped it and left its caller waiting. As the SDK would, we point fd 0 at /dev/null and fd 1 at
+stderr while serving (stray prints miss the wire) and use private duplicates of the real ones. Each message goes out
+whole in one worker-thread call (the SDK's own writer makes two: write, then flush).
 
 A server that holds its children (build_server's `hold_children`) has them released once the answer to the first
 request that is not part of the host's handshake (normally tools/list) has been written: until then, or until they
@@ -20,20 +21,22 @@ transport serves, and a signal takes effect once the host closes our stdin (host
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 
 import anyio
+import mcp.types as t
 import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import MCPServer
-from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
-from meta_agent.children.stdio import CHUNK, lines_of
+from meta_agent.children.stdio import CHUNK
 from meta_agent.front.server import MetaAgentServer
+from meta_agent.front.stdio_lines import Complaints, Refusal, lines_within, screened
 
 if sys.platform != "win32":
     import fcntl
@@ -56,13 +59,52 @@ async def serve_stdio(server: MCPServer) -> None:
     with _claimed(0, _null_to_read) as fd, _claimed(1, _stderr_or_null) as out:
         holding = server if isinstance(server, MetaAgentServer) and server.hold_children else None
         first_answer = _FirstAnswer(holding)
-        lines = first_answer.watching(_decoded(lines_of(_reader(fd))))
-        output = _Output(out, first_answer)
-        # Both are used only as far as the SDK's transport uses them: iterated, and written then flushed.
-        async with stdio_server(stdin=lines, stdout=output) as (read_stream, write_stream):  # type: ignore[arg-type]
+        output = _Output(out)
+        to_server, from_host = anyio.create_memory_object_stream[SessionMessage](0)
+        to_host, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_read, _reader(fd), to_server, output, first_answer)
+            tg.start_soon(_write, from_server, output, first_answer)
             # SDK 2.3 has no public way to serve an MCPServer on given streams; its own Client reads this attribute.
             lowlevel = server._lowlevel_server
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            await lowlevel.run(from_host, to_host, lowlevel.create_initialization_options())
+
+
+async def _read(
+    receive: Callable[[], Awaitable[bytes]],
+    to_server: MemoryObjectSendStream[SessionMessage],
+    output: _Output,
+    first_answer: _FirstAnswer,
+) -> None:
+    """The host's lines, each handed to the server as a message or answered here, until the input ends."""
+    complaints = Complaints()
+    try:
+        async with to_server:
+            async for line in lines_within(receive):
+                match screened(line):
+                    case Refusal() as refusal:
+                        complaints.note(refusal)
+                        if refusal.answer is not None:
+                            await output.write(refusal.answer)
+                    case None:
+                        pass
+                    case message:
+                        first_answer.read(message)
+                        await to_server.send(SessionMessage(message))
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        return  # the server stopped reading: it is ending
+    finally:
+        complaints.close()
+
+
+async def _write(
+    from_server: MemoryObjectReceiveStream[SessionMessage], output: _Output, first_answer: _FirstAnswer
+) -> None:
+    """The server's messages, each written whole, until it closes its end."""
+    async with from_server:
+        async for session_message in from_server:
+            await output.write(session_message.message)
+            first_answer.written(session_message.message)
 
 
 @contextmanager
@@ -96,7 +138,7 @@ def _stderr_or_null() -> int:
 
 class _FirstAnswer:
     """Releases the held children of `server` once the answer to the host's first request that is not part of its
-    handshake has been written; while they are held it reads the ids of the requests coming in and of the answers
+    handshake has been written; while they are held it notes the ids of the requests coming in and of the answers
     going out."""
 
     def __init__(self, server: MetaAgentServer | None) -> None:
@@ -106,55 +148,33 @@ class _FirstAnswer:
     def _held(self) -> bool:
         return self._server is not None and self._server.children_held()
 
-    async def watching(self, lines: AsyncIterator[str]) -> AsyncIterator[str]:
-        """`lines`, the ids of the real requests among them noted while the children are held."""
-        async for line in lines:
-            if self._held():
-                message = _parsed(line)
-                method, request_id = message.get("method"), _id_of(message)
-                if isinstance(method, str) and method not in HANDSHAKE and request_id is not None:
-                    self._awaited.add(request_id)
-            yield line
+    def read(self, message: t.JSONRPCMessage) -> None:
+        """`message` came in: a real request's id is noted while the children are held."""
+        if self._held() and isinstance(message, t.JSONRPCRequest) and message.method not in HANDSHAKE:
+            self._awaited.add(message.id)
 
-    def written(self, line: str) -> None:
-        """`line` went out: if it answered a real request, the children may start."""
+    def written(self, message: t.JSONRPCMessage) -> None:
+        """`message` went out: if it answered a real request, the children may start."""
         if not self._awaited or not self._held():
             return
-        message = _parsed(line)
-        if "method" not in message and _id_of(message) in self._awaited:
+        if isinstance(message, t.JSONRPCResponse | t.JSONRPCError) and message.id in self._awaited:
             self._awaited.clear()
             assert self._server is not None
             self._server.release_children()
 
 
-def _parsed(line: str) -> dict[str, object]:
-    """`line` as a JSON object; empty if it is not one (the SDK's transport says what is wrong with it)."""
-    try:
-        message = json.loads(line)
-    except (ValueError, RecursionError):
-        return {}
-    return message if isinstance(message, dict) else {}
-
-
-def _id_of(message: dict[str, object]) -> int | str | None:
-    request_id = message.get("id")
-    return request_id if isinstance(request_id, int | str) and not isinstance(request_id, bool) else None
-
-
 class _Output:
-    """The wire's writing end as the SDK's transport uses it (`write`, then `flush`): each message written whole by
-    one worker-thread call."""
+    """The wire's writing end: each message written whole by one worker-thread call, one message at a time (the
+    server's answers and the answers to bad lines come from two tasks)."""
 
-    def __init__(self, fd: int, first_answer: _FirstAnswer) -> None:
+    def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._first_answer = first_answer
+        self._lock = anyio.Lock()
 
-    async def write(self, text: str) -> None:
-        await anyio.to_thread.run_sync(_write_all, self._fd, text)
-        self._first_answer.written(text)
-
-    async def flush(self) -> None:
-        return
+    async def write(self, message: t.JSONRPCMessage) -> None:
+        text = message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"  # as the SDK's stdio_server
+        async with self._lock:
+            await anyio.to_thread.run_sync(_write_all, self._fd, text)
 
 
 def _write_all(fd: int, text: str) -> None:
@@ -182,8 +202,3 @@ def _reader(fd: int) -> Callable[[], Awaitable[bytes]]:
             return b""
 
     return read
-
-
-async def _decoded(lines: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    async for line in lines:
-        yield line.decode("utf-8", "replace")
