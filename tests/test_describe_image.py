@@ -18,6 +18,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from threaded_web import ThreadedWeb
 
+from meta_agent.addresses import parse_networks
 from meta_agent.children.pool import ChildPool
 from meta_agent.config import Settings, load_settings
 from meta_agent.core.limits import Limits
@@ -37,6 +38,8 @@ JPEG = b"\xff\xd8\xff\xe0" + b"a tiny jpeg" * 3
 GIF = b"GIF89a" + b"a tiny gif" * 3
 CAP = 1000  # the size cap of the refusal tests' tool
 SET_IT = "set META_AGENT_VISION_MODEL to a model that takes images (e.g. openai:gpt-5.5)"
+# The image host's network: a fetch from inside the network is refused unless META_AGENT_FETCH_ALLOW_NETWORKS allows it.
+IMAGE_HOST_NETWORK = "127.0.0.1/32"
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +140,8 @@ async def test_the_run_model_describes_a_child_image_a_data_url_and_a_served_ima
 ) -> None:
     """No META_AGENT_VISION_MODEL: the run's own model, which takes images, is asked, once per image, with the
     image's bytes and the question; each answer goes back to the model as the tool's result."""
-    server = build_server(Settings(model="openai:run-model"), {"f": fault_entry()}, openai_env(llm))
+    settings = Settings(model="openai:run-model", fetch_allow_networks=IMAGE_HOST_NETWORK)
+    server = build_server(settings, {"f": fault_entry()}, openai_env(llm))
     llm.reply(openai_reply(None, ("c1", "f__image", {})))
     calls = [
         describe("d1", "image-1", "Which colour is the child's image?"),
@@ -228,7 +232,10 @@ async def test_what_describe_image_refuses_is_one_line_each(pool: ChildPool, hos
         "a cat picture": "'a cat picture' is neither an http(s) or data:image URL nor a reference like image-1 to an "
         "image of this run",
     }
-    tool = describe_image_tool(None, {}, limits=FetchLimits(max_bytes=CAP, timeout=1.0, max_redirects=2))
+    limits = FetchLimits(
+        max_bytes=CAP, timeout=1.0, max_redirects=2, allowed_networks=parse_networks(IMAGE_HOST_NETWORK)
+    )
+    tool = describe_image_tool(None, {}, limits=limits)
     calls = [ToolCall(id=f"c{i}", name="describe_image", arguments={"image": url}) for i, url in enumerate(refused)]
     provider = ScriptedProvider([ModelResponse(tool_calls=tuple(calls)), ModelResponse(text="none of them")])
     tools = tuple(Toolbox.build([tool], pool).select())

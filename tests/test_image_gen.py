@@ -23,6 +23,7 @@ from meta_agent.front.server import build_server
 from meta_agent.internal import INTERNAL_TOOLS
 from meta_agent.internal.describe_image import DESCRIBE_IMAGE
 from meta_agent.internal.image_gen import IMAGE_GEN, WHAT_TO_SET, image_gen_tool, image_gen_withheld
+from meta_agent.internal.images import FetchLimits
 from meta_agent.internal.read_result import READ_RESULT
 
 pytestmark = pytest.mark.anyio
@@ -32,6 +33,8 @@ GPT_IMAGE = "openai:gpt-image-1"
 ONE_TO_TEN = "an integer from 1 to 10"
 ANY_SIZE = "WIDTHxHEIGHT (positive integers) or auto"
 LONG_PROMPT = "a lighthouse on a cliff at dusk, " * 4
+# What META_AGENT_FETCH_ALLOW_NETWORKS=127.0.0.1/32 gives: the images served on 127.0.0.1 here may be fetched.
+LOOPBACK_ALLOWED = FetchLimits(allowed_networks=Settings(fetch_allow_networks="127.0.0.1/32").fetch_networks())
 
 
 async def test_two_images_over_http(llm: FakeLLM) -> None:
@@ -203,11 +206,12 @@ def serving_png() -> Iterator[str]:
 
 async def test_an_image_answered_as_a_url_is_fetched(llm: FakeLLM) -> None:
     with serving_png() as url:
+        tool = image_gen_tool("openai:local", openai_env(llm), fetch_limits=LOOPBACK_ALLOWED)
         llm.reply({"created": 0, "data": [{"url": f"{url}/cat.png"}]})
-        outcome = await image_gen_tool("openai:local", openai_env(llm)).run({"prompt": "a cat"})
+        outcome = await tool.run({"prompt": "a cat"})
         llm.reply({"created": 0, "data": [{"url": f"{url}/gone.png"}]})
         with pytest.raises(ImageGenError) as caught:
-            await image_gen_tool("openai:local", openai_env(llm)).run({"prompt": "a cat"})
+            await tool.run({"prompt": "a cat"})
     image = outcome.parts[1]
     assert isinstance(image, ImagePart) and base64.b64decode(image.data) == TINY_PNG
     assert image.mime_type == "image/png"

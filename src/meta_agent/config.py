@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from meta_agent.addresses import Network, parse_networks
 from meta_agent.core.limits import DEFAULT_MAX_STEPS, DEFAULT_TOKEN_BUDGET
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tools import WEBHOOKS
@@ -432,6 +433,9 @@ class Settings(BaseSettings):
     openai_api: Literal["responses", "chat"] | None = None
     # The model describe_image asks (`provider:model`); None: the run's model, when it accepts images.
     vision_model: str | None = None
+    # Comma-separated CIDRs (127.0.0.1/32,10.0.0.0/8) describe_image and image_gen may fetch from besides global
+    # addresses; None: none (loopback, private, link-local and the like are refused: addresses.py).
+    fetch_allow_networks: str | None = None
     # Whether a run finds its tools with find_tools instead of seeing every schema; auto: above
     # core.tool_search.AUTO_THRESHOLD selected tools (never in ask mode).
     tool_search: Literal["auto", "on", "off"] = "auto"
@@ -440,6 +444,16 @@ class Settings(BaseSettings):
     # and holds most real results whole (a fetched page, a source file), which then cost no read_result round trip.
     result_inline_chars: int = Field(default=20_000, ge=1_000)
     log_level: Literal["debug", "info", "warning", "error"] | None = None
+
+    @field_validator("fetch_allow_networks")
+    @classmethod
+    def _networks(cls, value: str | None) -> str | None:
+        parse_networks(value)  # raises ValueError naming the entry that is not a network
+        return value
+
+    def fetch_networks(self) -> tuple[Network, ...]:
+        """The networks META_AGENT_FETCH_ALLOW_NETWORKS allows fetches to reach (checked when the settings load)."""
+        return parse_networks(self.fetch_allow_networks)
 
     @field_validator("database_url")
     @classmethod

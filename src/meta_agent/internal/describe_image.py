@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import reprlib
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
@@ -22,9 +23,16 @@ from meta_agent.core.messages import ImagePart, ModelRequest, TextPart, UserMess
 from meta_agent.core.provider import Provider
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome
 from meta_agent.errors import ModelNotConfigured
-from meta_agent.internal.images import FETCH_LIMITS, FetchLimits, ImageRefused, decode_data_url, fetch_image
+from meta_agent.internal.images import (
+    FETCH_LIMITS,
+    FetchLimits,
+    ImageRefused,
+    decode_data_url,
+    fetch_image,
+    shown_url,
+)
 from meta_agent.providers import make_provider, parse_model
-from meta_agent.text import one_line, some_of
+from meta_agent.text import some_of
 
 DESCRIBE_IMAGE = InternalTool(
     name="describe_image",
@@ -56,7 +64,9 @@ SYSTEM = (
 )
 WHAT_TO_SET = "set META_AGENT_VISION_MODEL to a model that takes images (e.g. openai:gpt-5.5)"
 _REFERENCE = re.compile(r"image-[0-9]+")
-_SHOWN_URL = 100  # characters of a URL repeated in an error
+_REFERENCE_MAX = 30  # characters of the longest reference worth reading as one
+_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.-]*):")  # RFC 3986's scheme, as urlsplit takes it
+_SCHEME_MAX = 40  # characters read for a scheme: those of any scheme in use, and then some
 _REFS_SHOWN = 10  # the run's image references listed when the model names one that is not there
 
 
@@ -113,7 +123,7 @@ def _question(value: Any) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         return DEFAULT_QUESTION
     if not isinstance(value, str):
-        raise ImageRefused(f"question must be a string, not {value!r}")
+        raise ImageRefused(f"question must be a string, not {reprlib.repr(value)}")  # bounded: it may be huge
     return value.strip()
 
 
@@ -160,27 +170,37 @@ async def _image(value: Any, context: RunContext, limits: FetchLimits) -> ImageP
     Raises:
         ImageRefused: not an image describe_image takes or can get, in one line.
     """
-    if not isinstance(value, str) or not value.strip():
-        raise ImageRefused(f"image must be an http(s) URL, a data:image URL or a reference like image-1, not {value!r}")
+    if not isinstance(value, str) or not value or value.isspace():
+        raise ImageRefused(
+            f"image must be an http(s) URL, a data:image URL or a reference like image-1, not {reprlib.repr(value)}"
+        )
+    scheme = _scheme(value)
+    if scheme == "data":  # before anything copies it: a data URL may be many megabytes
+        return decode_data_url(value, limits.max_bytes)
     text = value.strip()
-    if _REFERENCE.fullmatch(text.lower()):
+    if len(text) <= _REFERENCE_MAX and _REFERENCE.fullmatch(text.lower()):
         return _referenced(text.lower(), context)
-    try:
-        scheme = urlsplit(text).scheme.lower()
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        raise ImageRefused(f"{one_line(text, _SHOWN_URL)!r} is not a URL") from None
     if scheme in ("http", "https"):
+        try:
+            urlsplit(text)
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            raise ImageRefused(f"{shown_url(text)!r} is not a URL") from None
         return await fetch_image(text, limits)
-    if scheme == "data":
-        return decode_data_url(text, limits.max_bytes)
     if scheme:
         raise ImageRefused(
             f"{scheme}: URLs are not accepted; give an http(s) or data:image URL, or a reference like image-1"
         )
     raise ImageRefused(
-        f"{one_line(text, _SHOWN_URL)!r} is neither an http(s) or data:image URL nor a reference like image-1 to an"
+        f"{shown_url(text)!r} is neither an http(s) or data:image URL nor a reference like image-1 to an"
         " image of this run"
     )
+
+
+def _scheme(text: str) -> str:
+    """The scheme `text` starts with (after white space), lower case, as `urlsplit` reads it; "" for none. Read from
+    its first characters only: the URL may be a data URL of many megabytes, which nothing here copies."""
+    found = _SCHEME.match(text[:_SCHEME_MAX])
+    return found[1].lower() if found else ""
 
 
 def _referenced(ref: str, context: RunContext) -> ImagePart:

@@ -2,7 +2,8 @@
 
 The backend is the official `openai` SDK's images API (`META_AGENT_IMAGE_MODEL`, default `openai:gpt-image-2.5-flare`),
 which also reaches OpenAI-compatible servers through `OPENAI_BASE_URL`. Images come back as base64 PNG parts; an
-image the API answers with as a URL is fetched (internal/images.py).
+image the API answers with as a URL is fetched (internal/images.py), as describe_image fetches: never from an address
+inside the network unless META_AGENT_FETCH_ALLOW_NETWORKS allows it.
 `image_gen_withheld` says where the tool is not offered: most OpenAI-compatible servers have no images endpoint.
 """
 
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome
 from meta_agent.errors import ImageGenError
-from meta_agent.internal.images import FETCH_LIMITS, ImageRefused, fetch_image
+from meta_agent.internal.images import FETCH_LIMITS, FetchLimits, ImageRefused, fetch_image
 from meta_agent.providers import provider_error
 from meta_agent.text import one_line, plural
 
@@ -73,9 +74,12 @@ KNOWN_MODELS: Mapping[str, ImageModelLimits] = {
 }
 
 
-def image_gen_tool(image_model: str, environ: Mapping[str, str]) -> InternalTool:
+def image_gen_tool(
+    image_model: str, environ: Mapping[str, str], *, fetch_limits: FetchLimits = FETCH_LIMITS
+) -> InternalTool:
     """`IMAGE_GEN` with a backend: `image_model` (`provider:model`) through the `openai` SDK, configured from
-    `environ` (OPENAI_API_KEY, OPENAI_BASE_URL). The schema lists the sizes the model accepts, where known.
+    `environ` (OPENAI_API_KEY, OPENAI_BASE_URL). The schema lists the sizes the model accepts, where known. An image
+    the API answers with as a URL is fetched within `fetch_limits` (describe_image's: its size, time and networks).
 
     The returned tool's `run` raises:
         ImageGenError: a bad argument, no usable backend (naming what to set), or an answer without image data.
@@ -101,7 +105,7 @@ def image_gen_tool(image_model: str, environ: Mapping[str, str]) -> InternalTool
                 raise provider_error(
                     exc, openai, name=image_model, key_variable="OPENAI_API_KEY", base_url=str(client.base_url)
                 ) from None
-        images = await _images(response.data or [], image_model)
+        images = await _images(response.data or [], image_model, fetch_limits)
         summary = _summary(len(images), size or response.size, prompt)
         return ToolOutcome(parts=(TextPart(text=summary), *images))
 
@@ -172,9 +176,10 @@ def _checked(arguments: Mapping[str, Any], limits: ImageModelLimits, image_model
     return prompt, size, n
 
 
-async def _images(data: list[Any], image_model: str) -> list[Part]:
-    """The images of an answer: base64 as they are, an image given as a URL fetched (http(s) only, within the limits
-    describe_image keeps: its size and a time limit; DALL·E and some OpenAI-compatible servers answer with URLs).
+async def _images(data: list[Any], image_model: str, limits: FetchLimits) -> list[Part]:
+    """The images of an answer: base64 as they are, an image given as a URL fetched (http(s) only, within `limits`:
+    a size, a time limit, global addresses or the networks allowed; DALL·E and some OpenAI-compatible servers answer
+    with URLs).
 
     Raises:
         ImageGenError: no images, an image without data, or a URL that could not be fetched.
@@ -187,7 +192,7 @@ async def _images(data: list[Any], image_model: str) -> list[Part]:
             images.append(ImagePart(data=item.b64_json, mime_type="image/png"))
         elif item.url and urlsplit(item.url).scheme.lower() in ("http", "https"):
             try:
-                images.append(await fetch_image(item.url, FETCH_LIMITS))
+                images.append(await fetch_image(item.url, limits))
             except ImageRefused as exc:
                 raise ImageGenError(f"image_gen: {image_model} answered with an image URL: {exc}") from None
         else:
