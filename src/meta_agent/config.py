@@ -425,6 +425,9 @@ class Settings(BaseSettings):
     # Seconds the event loop of `serve` may go without turning before the process leaves with exit status 70
     # (cli/watchdog.py): work that never yields, whatever it is, cannot freeze a replica for good.
     stall_seconds: float = Field(default=30.0, gt=0)
+    # How often a durable run is handed on after its replica stopped before it is given up (records/durable.py): a
+    # run that takes its replica down with it would otherwise take down every replica in turn.
+    max_resumes: int = Field(default=3, ge=0)
     http_token: str | None = None
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None

@@ -149,7 +149,9 @@ class Engine:
         if settings.database_url:
             from meta_agent.records.durable import DurableRuns
 
-            self.durable = DurableRuns(settings.database_url, replica, self.runs, version=__version__)
+            self.durable = DurableRuns(
+                settings.database_url, replica, self.runs, version=__version__, max_resumes=settings.max_resumes
+            )
         self._redact = redact or Redactor.of(environ, servers, settings.http_token)
         _learn_webhook_secrets(self._redact, servers)
         self._listeners: list[Callable[[], None]] = []
@@ -404,7 +406,8 @@ class Engine:
             provider, fallbacks = steps.model(provider), [steps.model(model) for model in fallbacks]
             runner, approver = steps.tools(runner), steps.approver(approver)
         trace = TraceWriter(self.trace_dir, self._redact)
-        sinks = [sink for sink in (emit, trace, Spans()) if sink is not None]
+        noted = None if self.durable is None else self.durable.noting(request.run_id)
+        sinks = [sink for sink in (emit, trace, Spans(), noted) if sink is not None]
 
         async def fan_out(event: Event) -> None:
             self._latest[request.run_id] = event

@@ -93,7 +93,14 @@ def _shared(sql: Sql) -> None:
     sql.execute("alter table runs add column task text")
 
 
-MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared)
+def _resumptions(sql: Sql) -> None:
+    """4: how often each run was handed on after its replica stopped, and the step it was last in, so that a run
+    that takes every replica down with it is given up (meta_agent.records.durable)."""
+    sql.execute("alter table runs add column resumes integer not null default 0")
+    sql.execute("alter table runs add column doing text")
+
+
+MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared, _resumptions)
 
 
 class Database:

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import anyio
 import structlog
 
+from meta_agent.core.events import Emit, Event, ModelTurnStarted, ToolCallStarted
 from meta_agent.core.messages import ModelRequest, ModelResponse, ToolCall
 from meta_agent.core.provider import Provider
 from meta_agent.core.tool_call import READ_RESULT, Approver, Verdict
@@ -45,6 +46,7 @@ from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcom
 from meta_agent.errors import ConfigError
 from meta_agent.records.logs import route_through_ours
 from meta_agent.records.run_index import RunIndex, stopping
+from meta_agent.text import plural
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -52,6 +54,7 @@ T = TypeVar("T")
 Body = Callable[[Any, Any], Awaitable[Any]]
 WORKFLOW = "meta-agent run"
 NOBODY_TO_ASK = "not run: the run was resumed after its replica stopped, and nobody is left to ask for approval"
+MAX_RESUMES = 3  # hand-ons of a run after its replica stopped before it is given up (META_AGENT_MAX_RESUMES)
 # Tools whose calls are no steps: they read only the run's own state, which a replay rebuilds.
 REPLAYED = frozenset({FIND_TOOLS, READ_RESULT})
 
@@ -76,15 +79,24 @@ def _registered() -> Callable[[Any], Awaitable[Any]]:
 
 class DurableRuns:
     def __init__(
-        self, url: str, replica: str, index: RunIndex, *, version: str, check_every: float | None = None
+        self,
+        url: str,
+        replica: str,
+        index: RunIndex,
+        *,
+        version: str,
+        max_resumes: int = MAX_RESUMES,
+        check_every: float | None = None,
     ) -> None:
         """`replica`: this process's name in DBOS (its executor id) and in the run index. `version`: runs started by
-        another version are not resumed here. `check_every`: how often to look for runs to resume (a third of the
-        run index's mark by default)."""
+        another version are not resumed here. `max_resumes`: how often a run is handed on after its replica stopped
+        before it is given up. `check_every`: how often to look for runs to resume (a third of the run index's mark
+        by default)."""
         self.url = url
         self.replica = replica
         self.index = index
         self.version = version
+        self.max_resumes = max_resumes
         self.check_every = check_every if check_every is not None else index.alive_seconds / 3
         self._body: Body | None = None
         self._callers: dict[str, Any] = {}  # by run id: the caller of a run started here, while it runs
@@ -210,13 +222,40 @@ class DurableRuns:
             # PENDING: `replica` ran it, or another replica took it from DBOS's queue and stopped before the run's
             # first write named it here (that write comes first, and the row was marked for a whole span since)
             if status.status == "PENDING":
-                await DBOS.resume_workflow_async(run_id)
-                log.info("run_handed_on", run_id=run_id, replica=status.executor_id)
+                await self._hand_on(run_id, status.executor_id)
             # ENQUEUED: DBOS gives it to a replica; ended: its row was left behind, its record says how it ended
             elif status.status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
                 await self.index.given_up(run_id, f"interrupted; its durable record says {status.status.lower()}")
         except Exception as exc:  # the next look tries again: the row's mark lapses again
             log.warning("run_not_resumed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+
+    async def _hand_on(self, run_id: str, replica: str | None) -> None:
+        """Have DBOS resume the run, unless it has been resumed `max_resumes` times already: a run that took each of
+        its replicas down (a step that never returns, or stalls the event loop) would take every replica down in
+        turn; it is given up instead, for good."""
+        from dbos import DBOS
+
+        resumes, doing = await self.index.resumed(run_id)
+        if resumes <= self.max_resumes:
+            await DBOS.resume_workflow_async(run_id)
+            log.info("run_handed_on", run_id=run_id, replica=replica, resumption=resumes)
+            return
+        why = f"given up after {plural(self.max_resumes, 'resumption')}; it was in {doing or 'its first step'}"
+        await DBOS.cancel_workflow_async(run_id)  # DBOS never resumes it again
+        await self.index.given_up(run_id, why)
+        log.warning("run_given_up", run_id=run_id, why=why)
+
+    def noting(self, run_id: str) -> Emit:
+        """A sink of the run's events that notes in the run index the step it is in, for `_hand_on` to say."""
+
+        async def note(event: Event) -> None:
+            match event:
+                case ModelTurnStarted(step=step):
+                    await self.index.doing(run_id, f"step {step} (model)")
+                case ToolCallStarted(step=step, name=name):
+                    await self.index.doing(run_id, f"step {step} ({name})")
+
+        return note
 
 
 async def _cancelled(run_id: str) -> None:

@@ -113,6 +113,18 @@ class RunIndex:
         """The run is done without a result: it will not be finished (`why`, one line)."""
         await self._write(_finish, run_id, None, None, why)
 
+    async def doing(self, run_id: str, step: str) -> None:
+        """The run is in `step` now (`step 4 (kid.big)`): what a run given up says it was in."""
+        await self._write(_doing, run_id, self.replica, step)
+
+    async def resumed(self, run_id: str) -> tuple[int, str | None]:
+        """Count one more resumption of the run: how many there have been now, and the step it was last in.
+
+        Raises:
+            self.database.errors: the database cannot be reached.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _resumed, run_id)
+
     async def release(self, run_id: str) -> None:
         """Let go of the run `run_id` taken by `take_lapsed` without handing it on: its mark lapses at once, for the
         next replica's look."""
@@ -193,6 +205,18 @@ def _alive(sql: Sql, run_id: str, replica: str | None, alive_until: float) -> No
         f"update runs set alive_until = ? where id = ? and status = 'running'{mine}",
         (alive_until, run_id, *(() if replica is None else (replica,))),
     )
+
+
+def _doing(sql: Sql, run_id: str, replica: str, step: str) -> None:
+    sql.execute(
+        "update runs set doing = ? where id = ? and status = 'running' and replica = ?", (step, run_id, replica)
+    )
+
+
+def _resumed(sql: Sql, run_id: str) -> tuple[int, str | None]:
+    sql.execute("update runs set resumes = resumes + 1 where id = ?", (run_id,))
+    row = sql.one("select resumes, doing from runs where id = ?", (run_id,))
+    return (0, None) if row is None else (int(row[0]), row[1])
 
 
 def _finish(sql: Sql, run_id: str, replica: str | None, result: str | None, error: str | None) -> None:
