@@ -368,6 +368,42 @@ async def test_replayed_and_stale_answers_approve_nothing(llm: FakeLLM) -> None:
     ]
 
 
+async def test_at_most_max_parked_runs_wait_and_the_next_is_refused_in_one_line(llm: FakeLLM, tmp_path: Any) -> None:
+    """META_AGENT_MAX_PARKED=2: two runs park; the third call's run ends at once, its call answered with one line
+    naming the setting, its trace ended; once a parked run is answered, the next call parks again."""
+    settings = Settings(model="openai:fake-model", max_parked=2, trace_dir=tmp_path, conversations_db=tmp_path / "c")
+    server = build_server(settings, {"f": fault_entry()}, openai_env(llm))
+    for n in range(5):
+        llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": f"/{n}"})), match=f"[{n}]")
+    llm.reply(openai_reply("done with 0"), match="[0]")
+    async with Client(server, elicitation_callback=User()) as client:
+
+        async def round_(n: int, state: str | None = None, decision: str | None = None) -> Any:
+            responses = {"approval": accept(decision)} if decision else None
+            return await client.session.call_tool(
+                "agent", {"task": f"[{n}]"}, allow_input_required=True, input_responses=responses, request_state=state
+            )
+
+        first, second = await round_(0), await round_(1)
+        assert isinstance(first, t.InputRequiredResult) and isinstance(second, t.InputRequiredResult)
+        third = await round_(2)
+        assert isinstance(third, t.CallToolResult) and third.is_error
+        assert third.content[0].text == (  # type: ignore[union-attr]
+            "the run needs an answer, but 2 runs already wait for one (META_AGENT_MAX_PARKED); "
+            "answer or abandon one of them, or call again later"
+        )
+        done = await round_(0, first.request_state, "deny")
+        assert isinstance(done, t.CallToolResult) and done.content[0].text == "done with 0"  # type: ignore[union-attr]
+        assert isinstance(await round_(3), t.InputRequiredResult)  # the space the answered run freed
+        assert isinstance(await round_(4), t.CallToolResult)  # and no more
+    ends = {}
+    for path in tmp_path.glob("*.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        ends[records[0]["task"]] = records[-1]
+    assert ends["[2]"]["kind"] == "run_finished" and ends["[2]"]["result"]["stop_reason"] == "cancelled"
+    assert ends["[0]"]["result"]["stop_reason"] == "final"
+
+
 async def test_an_unexpected_failure_on_the_parked_path_is_one_line_and_the_server_lives(
     llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -429,6 +429,9 @@ class Settings(BaseSettings):
     # run that takes its replica down with it would otherwise take down every replica in turn.
     max_resumes: int = Field(default=3, ge=0)
     http_token: str | None = None
+    # Runs of 2026-07-28 callers waiting at once for an answer (front/parked.py), per process: a flood of calls that
+    # park and never come back costs a bounded amount of memory, and the next call that would park is refused.
+    max_parked: int = Field(default=1000, ge=1)
     # Comma-separated names; None (unset) enables every internal tool, "" enables none.
     internal_tools: str | None = None
     # Which OpenAI wire format openai: speaks; None: the Responses API against OpenAI itself, Chat Completions at any

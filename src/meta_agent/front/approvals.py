@@ -39,7 +39,7 @@ from meta_agent.children.questions import Questions
 from meta_agent.core.event_lines import arguments_line
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
-from meta_agent.front.parked import ANSWERED, NO_LONGER_PENDING, ParkedRun, Sink
+from meta_agent.front.parked import ANSWERED, NO_LONGER_PENDING, ParkedRun, ParkingSpaces, Sink
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
 from meta_agent.records.parking import Note, SharedRounds
@@ -230,10 +230,12 @@ class ParkedRuns:
     here: its answer goes to that run through the database, and this round reports that run's progress and returns
     its next question or its result (meta_agent.records.parking)."""
 
-    def __init__(self, tg: anyio.abc.TaskGroup, shared: SharedRounds | None = None) -> None:
+    def __init__(self, tg: anyio.abc.TaskGroup, shared: SharedRounds | None = None, *, max_parked: int) -> None:
+        """`max_parked`: how many runs may wait for an answer at once (META_AGENT_MAX_PARKED)."""
         self._tg = tg
         self._shared = shared
         self._runs: dict[str, ParkedRun] = {}
+        self._spaces = ParkingSpaces(max_parked)
 
     async def drive(
         self, ctx: Context, work: Work, allowed: set[str], scope: str
@@ -268,7 +270,7 @@ class ParkedRuns:
     def _start(self, ctx: Context, work: Work, allowed: set[str], scope: str) -> ParkedRun:
         """A new run, its approvals asked in rounds, and its children's questions too (`ParkedRun` answers them)."""
         caps = ctx.client_capabilities
-        run = ParkedRun(sampling=caps is not None and caps.sampling is not None, shared=self._shared)
+        run = ParkedRun(self._spaces, sampling=caps is not None and caps.sampling is not None, shared=self._shared)
         self._runs[run.id] = run
         approver = ParkedApprover(run, allowed, scope)
         self._tg.start_soon(run.execute, partial(work, run.emit, approver, run), lambda: self._runs.pop(run.id, None))

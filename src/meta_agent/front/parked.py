@@ -5,7 +5,9 @@ the question and a sealed request state, and the run waits, parked, until the ca
 goes on from where it stopped. Two kinds of question take that road, one at a time and numbered alike: the loop's
 approvals (meta_agent.front.approvals) and a child's own questions during a call (elicitation; sampling where the
 caller declared it), which reach the caller as the child asked them and whose answers reach the child as the caller
-gave them. A parked run nobody resumes is cancelled after `PARK_TIMEOUT`, and its children's calls with it.
+gave them. A parked run nobody resumes is cancelled after `PARK_TIMEOUT`, and its children's calls with it. At
+most META_AGENT_MAX_PARKED runs wait at once (`ParkingSpaces`); a run that would wait past that ends at once, its
+call answered with a one-line error saying so. A waiting run holds no file descriptor (its trace is not kept open).
 """
 
 from __future__ import annotations
@@ -45,6 +47,30 @@ Sink = Callable[[ev.Event], Awaitable[None]]
 CallerRequest = t.ElicitRequest | t.CreateMessageRequest
 
 
+class ParkingSpaces:
+    """How many runs may wait for an answer at once (META_AGENT_MAX_PARKED), and how many do."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.taken = 0
+
+    def take(self) -> bool:
+        if self.taken >= self.limit:
+            return False
+        self.taken += 1
+        return True
+
+    def give_back(self) -> None:
+        self.taken -= 1
+
+    def full(self) -> t.CallToolResult:
+        """What the call whose run would wait past the limit gets."""
+        return tool_error(
+            f"the run needs an answer, but {self.limit:,} runs already wait for one (META_AGENT_MAX_PARKED); "
+            "answer or abandon one of them, or call again later"
+        )
+
+
 @dataclass(frozen=True)
 class Question:
     """One question for the caller: its number in the run, and its entry of the round's `input_requests`."""
@@ -81,10 +107,12 @@ class ParkedRun:
     then so does the next round, which hears the run's progress through the database too.
     """
 
-    def __init__(self, *, sampling: bool = False, shared: SharedRounds | None = None) -> None:
+    def __init__(self, spaces: ParkingSpaces, *, sampling: bool = False, shared: SharedRounds | None = None) -> None:
         self.id = str(ULID())
         self.scope = anyio.CancelScope()
         self.ticks = itertools.count(1)  # progress keeps counting up across the rounds
+        self._spaces = spaces
+        self._refused: t.CallToolResult | None = None  # the call's answer when the run could not wait
         self._shared = shared
         self._sampling = sampling
         self._asking = anyio.Lock()
@@ -107,6 +135,9 @@ class ParkedRun:
         async with self._asking:
             if self._ended:
                 return None  # a child asking late: no round will carry the question
+            if not self._spaces.take():
+                await self._end_refused()
+                return None
             self._seq += 1
             pending = self._pending = _Pending(self._seq, key)
             try:
@@ -120,10 +151,17 @@ class ParkedRun:
                     return pending.response
             finally:
                 self._pending = None
+                self._spaces.give_back()
         log.warning("parked_run_reaped", parked=self.id, asked=key, after_s=PARK_TIMEOUT)
         self.scope.cancel()  # nobody came back: end the run, and its children's calls with it
         await anyio.lowlevel.checkpoint()
         return None
+
+    async def _end_refused(self) -> None:
+        """The run would wait past META_AGENT_MAX_PARKED: end it now; its call gets the one line saying so."""
+        self._refused = self._spaces.full()
+        self.scope.cancel()
+        await anyio.lowlevel.checkpoint()
 
     async def elicit(self, params: t.ElicitRequestFormParams) -> t.ElicitResult:
         """A child's question, asked of the caller as the child put it; anything but an ElicitResult is a decline."""
@@ -173,9 +211,9 @@ class ParkedRun:
             self._ended = True
             if self._pending is not None:  # a child still asking (from its own task): nobody will answer now
                 self._pending.answered.set()
-            if not answered:  # reaped or cancelled: a round waiting (here or elsewhere) learns the run ended
+            if not answered:  # reaped, refused or cancelled: a round waiting (here or elsewhere) learns it ended
                 with anyio.CancelScope(shield=True):
-                    await self._post(self._seq + 1, _ended())
+                    await self._post(self._seq + 1, self._refused or _ended())
             if self._shared is not None:
                 self._shared.ended(self.id)
             done()

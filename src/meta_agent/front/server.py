@@ -138,7 +138,8 @@ class MetaAgentServer(MCPServer[Front]):
             self.engine = engine
             background.start_soon(self.subscribers.deliver)
             try:
-                yield Front(engine, ParkedRuns(background, shared), SessionAllowances())
+                parked = ParkedRuns(background, shared, max_parked=engine.settings.max_parked)
+                yield Front(engine, parked, SessionAllowances())
             finally:
                 self.engine = None
                 background.cancel_scope.cancel()

@@ -1,11 +1,14 @@
-"""Run traces: every event of a run, with the model requests and responses and the tool results in full, as JSON lines
-in `<META_AGENT_TRACE_DIR>/<run_id>.jsonl`, with secrets redacted; read back, and pruned when old.
+"""Run traces: every event of a run, with the model requests and responses and the tool results in full (each value up
+to 1 MB), as JSON lines in `<META_AGENT_TRACE_DIR>/<run_id>.jsonl`, with secrets redacted; read back, and pruned when
+old.
 
 A `model_requested` record holds what is new since the run's previous request: the messages from index
 `messages_from` on, and the system prompt and tool schemas only when they changed. The records of a trace, read in
 order, give every request in full, and a step costs the same whatever the length of the transcript. One thread per
-process writes every trace, so a run's events cost it no disk I/O; while a run is being written its trace is locked,
-which tells readers that a live process owns it.
+process writes every trace, so a run's events cost it no disk I/O, and holds no trace open between two bursts of
+records: a run that waits (parked for an answer, for up to 10 minutes) holds no file descriptor. Which traces a live
+process still writes is told by one lock per process (records/trace_owners.py). A longer value is cut, with a marker
+giving its length (records/trace_values.py).
 
 Redaction is the traces' own: they hold requests and results in full, and nothing else is redacted.
 """
@@ -20,22 +23,19 @@ import os
 import queue
 import re
 import stat
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, Any
 
 import anyio
 import structlog
 
 from meta_agent.core.events import ModelRequested
-from meta_agent.core.messages import ModelRequest, jsonable
-
-if sys.platform != "win32":  # Windows has no flock: see "which traces a live process still owns" below
-    import fcntl
+from meta_agent.core.messages import ModelRequest
+from meta_agent.records import trace_owners, trace_values
 
 REDACTED = "[redacted]"
 # Environment variables whose values are secrets wherever they turn up.
@@ -100,6 +100,12 @@ END_KINDS = frozenset({"run_finished", "run_failed"})  # the last record of a ru
 # tail, never the run's result.
 FLUSH_TIMEOUT = 10.0
 _CLOSE = object()  # handed to the writer thread after a run's last record
+# A trace's records wait in memory for the end of a burst, or until they are this many bytes.
+FLUSH_BYTES = 256 * 1024
+# Items (batches of records) of a long burst after which the writer flushes: records reach the disk on a busy server.
+FLUSH_EVERY = 64
+# Opening a trace to append a burst to it, without translating newlines (Windows) or passing it to child processes.
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class TraceWriter:
@@ -164,12 +170,15 @@ class TraceWriter:
 
 
 class _TraceFile:
-    """One run's trace as the writer thread sees it; only that thread touches it."""
+    """One run's trace as the writer thread sees it; only that thread touches it. Its records wait in memory until
+    the writer flushes them (`flush`: the file is opened, written and closed again)."""
 
     def __init__(self, directory: Path, redact: Redactor) -> None:
         self._directory = directory
         self._redact = redact
-        self._file: TextIO | None = None
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._owned = False  # this trace keeps its directory's writer lock held
         self._broken = False
         self._last_request: ModelRequest | None = None
         self.path: Path | None = None
@@ -197,18 +206,29 @@ class _TraceFile:
                 self._write(stamp, event)
             except (OSError, ValueError, RecursionError) as exc:  # a full or read-only disk; a value json cannot encode
                 self.fail(exc)
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
 
     def _write(self, stamp: float, event: Any) -> None:
-        if self._file is None:
+        owner = _writer().owner
+        first = self.path is None
+        if first:
             self.run_id = event.run_id
             self._directory.mkdir(parents=True, exist_ok=True)
             self.path = self._directory / f"{event.run_id}.jsonl"
-            # A lone surrogate (a model's "\ud800") is written as that JSON escape, not lost with the whole trace.
-            self._file = self.path.open("a", encoding="utf-8", errors="backslashreplace")
-            _own(self._file)
+            owner.take(self._directory)  # before any line names this process as the trace's writer
+            self._owned = True
         fields = self._request_record(event) if isinstance(event, ModelRequested) else vars(event)
         record = {"ts": datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds"), **fields}
-        self._file.write(self._redact(json.dumps(record, ensure_ascii=False, default=jsonable)) + "\n")
+        if trace_values.oversized(record):
+            record = trace_values.bounded(record, self._redact)
+        line = self._redact(json.dumps(record, ensure_ascii=False, default=trace_values.default))
+        # A lone surrogate (a model's "\ud800") is written as that JSON escape, not lost with the whole trace.
+        encoded = line.encode("utf-8", "backslashreplace")
+        if first:  # named after redaction, which must not touch the id
+            encoded = owner.prefix + encoded[1:]
+        self._pending.append(encoded + b"\n")
+        self._pending_bytes += len(encoded) + 1
 
     def _request_record(self, event: ModelRequested) -> dict[str, Any]:
         request, last = event.request, self._last_request
@@ -225,20 +245,31 @@ class _TraceFile:
         return {"step": event.step, "request": fields, "kind": event.kind}
 
     def flush(self) -> None:
-        if self._file is not None:
+        """Append the records waiting in memory to the file, which is not kept open after."""
+        if not self._pending or self.path is None:
+            return
+        data, self._pending, self._pending_bytes = b"".join(self._pending), [], 0
+        try:
+            fd = os.open(self.path, _APPEND, 0o666)
             try:
-                self._file.flush()
-            except OSError as exc:
-                self.fail(exc)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.fail(exc)
 
     def fail(self, exc: BaseException) -> None:
         self._broken = True
-        self._release()
+        self._pending, self._pending_bytes = [], 0
+        self._let_go()
         _warn("trace_not_written", self, f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         try:
-            self._release()
+            self.flush()
+            self._let_go()
         finally:
             with self._lock:
                 self._closed = True
@@ -246,16 +277,11 @@ class _TraceFile:
             if callback is not None:
                 callback()
 
-    def _release(self) -> None:
-        """Close the file, which also releases the lock that marks the run as live."""
-        if self._file is not None:
-            file, self._file = self._file, None
-            try:
-                file.close()  # flushes what is buffered
-            except OSError as exc:
-                if not self._broken:
-                    self._broken = True
-                    _warn("trace_not_written", self, f"{type(exc).__name__}: {exc}")
+    def _let_go(self) -> None:
+        """This trace no longer keeps its directory's writer lock held (once it is written, or cannot be)."""
+        if self._owned:
+            self._owned = False
+            _writer().owner.let_go(self._directory)
 
 
 def _resolve(closed: asyncio.Future[None]) -> None:
@@ -272,6 +298,7 @@ class _Writer:
     """The process's one trace writer: a daemon thread that takes (trace, record) pairs off a queue in order."""
 
     def __init__(self) -> None:
+        self.owner = trace_owners.Owner()
         self._queue: queue.SimpleQueue[tuple[_TraceFile, Any]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name="meta-agent-traces", daemon=True)
         self._thread.start()
@@ -281,6 +308,7 @@ class _Writer:
 
     def _work(self) -> None:
         unflushed: set[_TraceFile] = set()
+        handled = 0
         while True:
             trace, item = self._queue.get()
             try:
@@ -288,10 +316,14 @@ class _Writer:
             except Exception as exc:  # a bug of ours must cost one trace, not every later run's trace
                 trace.fail(exc)
             unflushed.add(trace)
-            if self._queue.empty():  # flushed once per burst, not per record: records still reach the OS promptly
+            handled += 1
+            # Flushed once per burst, not per record, and at least every FLUSH_EVERY items of a long one: records
+            # still reach the OS promptly.
+            if self._queue.empty() or handled >= FLUSH_EVERY:
                 for pending in unflushed:
                     pending.flush()
                 unflushed.clear()
+                handled = 0
 
 
 _WRITER: _Writer | None = None
@@ -307,40 +339,32 @@ def _writer() -> _Writer:
     return _WRITER
 
 
-# -- which traces a live process still owns ---------------------------------------------------------------------------
-#
-# The writer holds an exclusive flock on a trace from before its first record until the run's last one is written.
-# flock belongs to the open file: the OS releases it when the file is closed or its process ends, however it ends
-# (SIGKILL included), and files Python opens are not inherited by child processes, so a child cannot keep a dead
-# run's trace "live". Two opens of one file conflict even inside one process. Windows has no flock: there nothing
-# can tell, so no trace counts as live (an unfinished trace is listed as interrupted), and pruning relies on Windows
-# refusing to delete a file that is open.
-
-
-def _own(file: IO[Any]) -> None:
-    if sys.platform != "win32":
-        fcntl.flock(file.fileno(), fcntl.LOCK_EX)  # waits only while a reader looks at the new, empty file
+# -- reading: which traces a live process still writes (records/trace_owners.py) -------------------------------------
 
 
 def read_trace(path: Path) -> tuple[bytes, bool]:
     """The bytes of the trace at `path`, and whether a live process was still writing it when they were read.
 
-    Read under a shared lock when no writer holds one, so a writer cannot start in between: an unfinished trace
-    read without a live owner stays unfinished.
+    When its writer is found dead, what it wrote after the first read is read too: a trace read without a live
+    writer is all that writer wrote.
 
     Raises:
         OSError: the file cannot be read (missing, not a regular file, no permission).
     """
     with _open_regular(path) as file:
-        live = not _try_shared_lock(file)
-        return file.read(), live
+        data = file.read()
+        while not trace_owners.is_live(path.parent, trace_owners.last_writer(data)):
+            more = file.read()
+            if not more:
+                return data, False
+            data += more
+        return data, True
 
 
 def trace_is_live(path: Path) -> bool:
     """Whether a live process is still writing the trace at `path` (False for a missing or unreadable file)."""
     try:
-        with _open_regular(path) as file:
-            return not _try_shared_lock(file)
+        return read_trace(path)[1]
     except OSError:
         return False
 
@@ -361,20 +385,9 @@ def _open_regular(path: Path) -> IO[bytes]:
         raise
 
 
-def _try_shared_lock(file: IO[Any]) -> bool:
-    """Take a shared lock without waiting; False when a writer holds the file. Closing the file releases it."""
-    if sys.platform == "win32":
-        return True
-    try:
-        fcntl.flock(file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
 def prune_traces(directory: Path, max_age_days: float) -> int:
-    """Delete traces older than `max_age_days` that no live run is writing; returns how many. Missing directories
-    and races are fine."""
+    """Delete traces older than `max_age_days` that no live run is writing, and the locks of writers gone; returns
+    how many traces. Missing directories and races are fine."""
     cutoff = time.time() - max_age_days * 86400
     removed = 0
     for path in directory.glob("*.jsonl") if directory.is_dir() else ():
@@ -384,4 +397,5 @@ def prune_traces(directory: Path, max_age_days: float) -> int:
                 removed += 1
         except OSError:
             continue
+    trace_owners.prune_writers(directory)
     return removed
