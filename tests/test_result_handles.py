@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,23 @@ async def test_a_long_line_shows_the_part_around_its_match() -> None:
     outcome = await READ_RESULT.run({"handle": "result-1@B7K2QZ", "pattern": "NEEDLE"}, context)
     assert isinstance(part := outcome.parts[0], TextPart)
     assert part.text.splitlines()[1] == f"offset 10000: …{'a' * 80}NEEDLE{'b' * 214}…"
+
+
+async def test_a_pattern_gets_one_second_across_all_its_lines() -> None:
+    """Each line alone is quick ("(a|aa)+$" on 24 a's and a "!": some 40 ms), the 200 of them are not: one call of
+    read_result gets one second in all, then it is refused in one line (Python's `re` took them all, seconds)."""
+    context = RunContext(results={"result-1@B7K2QZ": ("a" * 24 + "!\n") * 200}, run_id=RUN_ID)
+    assert READ_RESULT.run is not None
+    started = time.monotonic()
+    outcome = await READ_RESULT.run({"handle": "result-1@B7K2QZ", "pattern": "(a|aa)+$"}, context)
+    assert isinstance(part := outcome.parts[0], TextPart) and outcome.is_error
+    assert part.text == "read_result: the pattern took too long (over 1 s); use a simpler one"
+    assert time.monotonic() - started < 10  # about 1 s: generous for a loaded machine
+
+
+async def test_a_pattern_too_long_to_compile_quickly_is_refused() -> None:
+    text, error = await read(handle="result-1@B7K2QZ", pattern="a" * 10_001)
+    assert error and text == f"read_result: pattern '{'a' * 198}… is too long (10,001 characters; at most 10,000)"
 
 
 @pytest.mark.parametrize(

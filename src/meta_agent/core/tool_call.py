@@ -7,17 +7,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
 import structlog
 
+from meta_agent.core import patterns
 from meta_agent.core.messages import TOO_DEEP, ImagePart, Message, ModelResponse, Part, TextPart, ToolMessage, too_deep
 from meta_agent.core.policy import decide
 from meta_agent.core.result import ErrorKind, Mode
 from meta_agent.core.tools import WEBHOOKS, ToolOutcome, ToolSpec
 from meta_agent.errors import summary
+from meta_agent.text import one_line
 
 if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
     from jsonschema.protocols import Validator
 
 log = structlog.get_logger(__name__)
@@ -32,6 +37,8 @@ READ_RESULT = "read_result"
 # a JSON document, a page's headings, a table's first rows) and to answer from it when the answer comes first.
 HEAD_CHARS = 4_000
 RUN_TAG_CHARS = 6  # the characters of a run's id that a handle ends with
+_PATH_PART_CHARS = 60  # of a property name an argument error names
+_LOGGED_CHARS = 300  # of why a schema is unusable: it may quote a pattern thousands of characters long
 
 
 @dataclass(frozen=True)
@@ -94,10 +101,25 @@ def bounded(response: ModelResponse) -> ModelResponse:
 
 class ArgumentCheck:
     """Validates arguments against each tool's input schema; one validator per tool, built on first use and again
-    when the tool's schema changes (a child restarted with a new version)."""
+    when the tool's schema changes (a child restarted with a new version).
+
+    A schema's regexes (`pattern`, `patternProperties`) are a child's, matched against the model's arguments: they
+    are matched by core/patterns.py, at most patterns.BUDGET_SECONDS for one call's check, and `checked` runs such a
+    check in a worker thread, so a catastrophic pattern costs the call a one-line error and never holds the loop."""
 
     def __init__(self) -> None:
         self._validators: dict[str, tuple[Mapping[str, Any], Validator | None]] = {}
+        self._regexes: dict[str, tuple[Mapping[str, Any], bool]] = {}  # whether each tool's schema has a regex
+
+    async def checked(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
+        """`problem`, in a worker thread when the tool's schema has a regex (it may take up to its budget)."""
+        schema, regexes = self._regexes.get(spec.name, (None, False))
+        if schema is not spec.input_schema and schema != spec.input_schema:
+            regexes = bool(patterns.regex_keywords(spec.input_schema))
+            self._regexes[spec.name] = (spec.input_schema, regexes)
+        if not regexes:
+            return self.problem(spec, arguments)
+        return await anyio.to_thread.run_sync(partial(self.problem, spec, arguments), abandon_on_cancel=True)
 
     def problem(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
         """What is wrong with `arguments`, or None. A schema that cannot be used to check (a child's bug) checks
@@ -111,14 +133,21 @@ class ArgumentCheck:
         from jsonschema.exceptions import best_match  # loaded with the validator: no cost after the first call
 
         try:
-            error = best_match(validator.iter_errors(dict(arguments)))
+            with patterns.one_check() as budget:
+                errors: list[ValidationError] = []
+                for found in validator.iter_errors(dict(arguments)):
+                    errors.append(found)
+                    if budget.slow is not None:  # the rest would be too slow as well
+                        break
+                error = best_match(errors) if budget.slow is None else budget.slow
         except Exception as exc:  # e.g. a bad regex in a pattern: the schema fails while checking
-            log.warning("schema_unusable", tool=spec.name, error=f"{type(exc).__name__}: {exc}")
+            log.warning("schema_unusable", tool=spec.name, error=one_line(summary(exc), _LOGGED_CHARS))
             self._validators[spec.name] = (spec.input_schema, None)
             return None
         if error is None:
             return None
-        where = "/".join(str(p) for p in error.absolute_path)
+        # A property's name is the model's, of any length: quoted short, as the messages quote values.
+        where = "/".join(one_line(str(p), _PATH_PART_CHARS) for p in error.absolute_path)
         return f"{where}: {error.message}" if where else error.message
 
 
@@ -126,11 +155,14 @@ def _validator(spec: ToolSpec) -> Validator | None:
     import jsonschema  # here, not at the top: a server that never runs a tool never pays for the import
 
     try:
+        if (why := patterns.unbounded(spec.input_schema)) is not None:
+            raise ValueError(why)
         cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(dict(spec.input_schema))
-        return cls(spec.input_schema)
+        patterns.check_schema(cls, dict(spec.input_schema))
+        bounded: Validator = patterns.bounded_class(cls)(spec.input_schema)
+        return bounded
     except Exception as exc:  # jsonschema raises several kinds for a broken schema
-        log.warning("schema_unusable", tool=spec.name, error=summary(exc))
+        log.warning("schema_unusable", tool=spec.name, error=one_line(summary(exc), _LOGGED_CHARS))
         return None
 
 

@@ -251,7 +251,7 @@ class ToolStepRunner:
             return tool_call.error(f"unknown tool {call.name!r}; the tools are: {known}")
         if call.invalid_arguments:
             return tool_call.error(f"the arguments for {spec.alias} were {call.invalid_arguments}; send a JSON object")
-        problem = self.checks.problem(spec, call.arguments)
+        problem = await self.checks.checked(spec, call.arguments)
         if problem:
             return tool_call.error(f"invalid arguments for {spec.alias}: {problem}")
         why_not = tool_call.blocked(spec, self.mode, self.approver)

@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 
-from meta_agent.core import tool_call
+from meta_agent.core import patterns, tool_call
 from meta_agent.core.messages import TextPart
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome
-from meta_agent.text import plural, some_of
+from meta_agent.text import one_line, plural, some_of
 
 DEFAULT_LENGTH = 8_000  # characters of a slice unless the model asks for another length (about 2,000 tokens)
 MAX_LENGTH = 20_000  # the most one answer gives: never more than the default inline limit
@@ -27,6 +27,7 @@ MAX_MATCHES = 30  # matching lines in one answer
 _EXCERPT_BEFORE, _EXCERPT_AFTER = 80, 220  # what a long matching line shows around its match
 _HANDLE = re.compile(r"result-([0-9]+)@([0-9A-Za-z]+)")
 _SHOWN = 10  # the run's handles listed when the model names one that is not there
+_QUOTED = 200  # characters of a bad pattern its refusal quotes (a pattern may be thousands long)
 
 
 class _Refused(Exception):
@@ -45,6 +46,8 @@ async def _run(arguments: Mapping[str, Any], context: RunContext = NO_RUN) -> To
             return ToolOutcome(parts=(TextPart(text=_slice(handle, text, offset, length)),))
         if not isinstance(pattern, str):
             raise _Refused(f"pattern must be a string (a regex), not {pattern!r}")
+        # In a worker thread that lets go of the interpreter's lock while it matches, for at most 1 s in all
+        # (core/patterns.py): the model's pattern never holds the event loop, however it backtracks.
         found = await anyio.to_thread.run_sync(partial(_matches, handle, text, offset, pattern), abandon_on_cancel=True)
         return ToolOutcome(parts=(TextPart(text=found),))
     except _Refused as exc:
@@ -124,19 +127,23 @@ def _matches(handle: str, text: str, offset: int, pattern: str) -> str:
     match and, past a few hundred characters, only the part around it; then how many more there are.
 
     Raises:
-        _Refused: `pattern` is not a valid regex.
+        _Refused: `pattern` is not a valid regex, or matching it took longer than patterns.BUDGET_SECONDS in all.
     """
+    budget = patterns.Budget()
     try:
-        regex = re.compile(pattern, re.MULTILINE)  # ^ and $ at each line's ends
-    except re.error as exc:
-        raise _Refused(f"pattern {pattern!r} is not a valid regex: {exc}") from None
+        patterns.compiled(pattern, re.MULTILINE)  # ^ and $ at each line's ends
+    except patterns.BadPattern as exc:
+        raise _Refused(f"pattern {one_line(repr(pattern), _QUOTED)} {exc}") from None
     shown: list[str] = []
     more = resume = 0  # the lines found past the ones shown; where the line after the last one shown starts
     start = offset
     while True:
         end = text.find("\n", start)
         end = len(text) if end < 0 else end
-        found = regex.search(text, start, end)
+        try:
+            found = budget.search(pattern, text, start, end, re.MULTILINE)
+        except patterns.PatternTooSlow as exc:
+            raise _Refused(f"{exc}; use a simpler one") from None
         if found is not None and len(shown) < MAX_MATCHES:
             shown.append(f"offset {found.start()}: {_excerpt(text, start, end, found.start())}")
             resume = end + 1
