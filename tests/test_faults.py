@@ -657,8 +657,15 @@ async def _ended_cancelled(traces: Path, tag: str) -> None:
 
 
 # The categories of the suite's other modules: how hosts stop us, callers that go away, state shared by concurrent
-# calls, and state files corrupted while the server runs (issue 11).
-NEWER_CATEGORIES = {"process_lifecycle", "caller_disconnect", "concurrent_state", "corrupted_state", "model_bad_shape"}
+# calls, state files corrupted while the server runs (issue 11), and what a hostile model, child or host sends (issue 29).
+NEWER_CATEGORIES = {
+    "process_lifecycle",
+    "caller_disconnect",
+    "concurrent_state",
+    "corrupted_state",
+    "model_bad_shape",
+    "hostile_input",
+}
 
 
 def test_the_fault_summary() -> None:

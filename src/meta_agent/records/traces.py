@@ -33,7 +33,7 @@ from typing import IO, Any
 import anyio
 import structlog
 
-from meta_agent.core.events import ModelRequested
+from meta_agent.core.events import ModelRequested, ToolCallFinished
 from meta_agent.core.messages import ModelRequest
 from meta_agent.records import trace_owners, trace_values
 
@@ -220,8 +220,12 @@ class _TraceFile:
             self._owned = True
         fields = self._request_record(event) if isinstance(event, ModelRequested) else vars(event)
         record = {"ts": datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds"), **fields}
+        # A tool's whole result stays whole: what read_result reads the run kept of it, and `runs show` tells it.
+        whole = record.pop("full_result", None) if isinstance(event, ToolCallFinished) else None
         if trace_values.oversized(record):
             record = trace_values.bounded(record, self._redact)
+        if whole is not None:
+            record["full_result"] = whole
         line = self._redact(json.dumps(record, ensure_ascii=False, default=trace_values.default))
         # A lone surrogate (a model's "\ud800") is written as that JSON escape, not lost with the whole trace.
         encoded = line.encode("utf-8", "backslashreplace")
