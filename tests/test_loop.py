@@ -18,6 +18,7 @@ from meta_agent.core import events as ev
 from meta_agent.core.limits import Limits
 from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.messages import (
+    MAX_ARGUMENT_CHARS,
     MAX_ARGUMENT_DEPTH,
     ImagePart,
     ModelRequest,
@@ -490,6 +491,26 @@ async def test_arguments_nested_deeper_than_the_bound_are_an_error_the_model_see
     told = f"the arguments for keep were nested more than {MAX_ARGUMENT_DEPTH} levels deep; send a JSON object"
     assert tool_results(provider.requests[1]) == [("kept", False), (told, True)]
     assert provider.requests[1].messages[-2].tool_calls[1].arguments == {}  # type: ignore[union-attr]
+
+
+async def test_arguments_larger_than_the_bound_are_an_error_the_model_sees(pool: ChildPool) -> None:
+    """Arguments of MAX_ARGUMENT_CHARS characters run; larger ones (a model's 100 MB data URL) are refused before
+    anything holds them: the tool, the record, the transcript sent back in every later turn."""
+    largest = {"text": "x" * (MAX_ARGUMENT_CHARS - len("text") - 2)}
+    over = {"text": "x" * MAX_ARGUMENT_CHARS}
+    many_keys = {f"{n:0>1000}": n for n in range(MAX_ARGUMENT_CHARS // 1000)}  # long names, short values
+    calls = [call("keep", **largest), call("keep", **over), call("keep", **many_keys)]
+    provider = ScriptedProvider([reply("", *calls), reply("went on")])
+    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([KEEP], pool).select()))
+    result = await run(request, provider=provider, tools=ToolCaller(pool.children, [KEEP]))
+    assert (result.answer, result.stop_reason) == ("went on", "final")
+    kept, refused, refused_too = result.steps[0].tool_calls
+    assert kept.ok and len(kept.arguments["text"]) == len(largest["text"])
+    assert (refused.ok, refused.arguments, refused_too.ok, refused_too.arguments) == (False, {}, False, {})
+    told = f"the arguments for keep were over {MAX_ARGUMENT_CHARS:,} characters long; send less"
+    assert tool_results(provider.requests[1]) == [("kept", False), (told, True), (told, True)]
+    sent_back = provider.requests[1].messages[-2].tool_calls  # type: ignore[union-attr]
+    assert [c.arguments for c in sent_back[1:]] == [{}, {}]
 
 
 async def test_an_unexpected_model_call_fails_the_script(pool: ChildPool) -> None:

@@ -26,7 +26,7 @@ from test_cli import processes_with
 
 from meta_agent.children import pool
 from meta_agent.config import ServerEntry, Settings, ToolFilter
-from meta_agent.core.messages import ModelResponse
+from meta_agent.core.messages import MAX_ARGUMENT_CHARS, ModelResponse
 from meta_agent.front.server import build_server
 from meta_agent.providers import openai as openai_provider
 from meta_agent.providers.scripted import ScriptedProvider
@@ -261,6 +261,22 @@ async def test_a_bug_of_ours_is_no_malformed_answer(
     )
     [crash] = [entry for entry in logged if entry["event"] == "run_crashed"]
     assert crash["exc_info"] is True
+
+
+async def test_tool_arguments_of_100_mb_are_refused_unread_and_never_sent_back(client: Client, llm: FakeLLM) -> None:
+    """A model's 100 MB data URL: the call is an error the model sees, and what later turns send, the structured
+    result and the conversation hold its empty arguments, not 100 MB each."""
+    huge = json.dumps({"text": "data:image/png;base64," + "A" * 100_000_000})
+    llm.reply(openai_reply(None, ("c1", "f__echo", huge)))
+    llm.reply(openai_reply("carried on"))
+    result = await client.call_tool("agent", {"task": "t"})
+    assert result.structured_content is not None and text_of(result) == "carried on"
+    refusal = f"the arguments for f__echo were over {MAX_ARGUMENT_CHARS:,} characters long; send less"
+    [record] = result.structured_content["steps"][0]["tool_calls"]
+    assert (record["arguments"], record["ok"], record["error"]) == ({}, False, refusal)
+    later = llm.requests[-1].body["messages"]
+    assert [m["content"] for m in later if m["role"] == "tool"] == [f"[error] {refusal}"]
+    assert len(json.dumps(later)) < 10_000
 
 
 async def test_tool_arguments_nested_thousands_deep_are_an_error_the_model_sees(client: Client, llm: FakeLLM) -> None:

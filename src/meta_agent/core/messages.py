@@ -58,6 +58,39 @@ def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
     return True
 
 
+# The most characters a tool call's arguments may hold: room for a data URL of describe_image's largest image (20 MB,
+# 27 million characters of base64) and more. Larger arguments are refused before any check, tool or record sees them:
+# kept, they would cost seconds of the event loop in every later step of the run (the transcript is sent each turn).
+MAX_ARGUMENT_CHARS = 32_000_000
+TOO_LARGE = f"over {MAX_ARGUMENT_CHARS:,} characters long"
+
+
+def too_large(value: Any, limit: int = MAX_ARGUMENT_CHARS) -> bool:
+    """Whether `value` holds more than `limit` characters of strings and keys, about its size as JSON. Without
+    recursion, and looking no further than `limit` items: a value of any size or depth costs at most that."""
+    total = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                total += len(str(key)) + 1
+                if total > limit:
+                    return True
+                pending.append(child)
+        elif isinstance(item, list | tuple):
+            total += len(item)
+            if total <= limit:
+                pending.extend(item)
+        else:
+            total += 1
+        if total > limit:
+            return True
+    return False
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolCall:
     id: str

@@ -14,7 +14,18 @@ import anyio
 import structlog
 
 from meta_agent.core import patterns
-from meta_agent.core.messages import TOO_DEEP, ImagePart, Message, ModelResponse, Part, TextPart, ToolMessage, too_deep
+from meta_agent.core.messages import (
+    TOO_DEEP,
+    TOO_LARGE,
+    ImagePart,
+    Message,
+    ModelResponse,
+    Part,
+    TextPart,
+    ToolMessage,
+    too_deep,
+    too_large,
+)
 from meta_agent.core.policy import decide
 from meta_agent.core.result import ErrorKind, Mode
 from meta_agent.core.tools import WEBHOOKS, ToolOutcome, ToolSpec
@@ -88,15 +99,23 @@ def refusal(spec: ToolSpec, verdict: Verdict) -> str:
 
 
 def bounded(response: ModelResponse) -> ModelResponse:
-    """`response` with the arguments of each call nested too deep dropped and the call marked invalid: the model is
-    told, and nothing after this (schema checks, the trace, the structured result, a child) ever holds them."""
-    if not any(too_deep(call.arguments) for call in response.tool_calls):
+    """`response` with the arguments of each call nested too deep, or too large, dropped and the call marked invalid:
+    the model is told, and nothing after this (schema checks, the transcript, the trace, the structured result, a
+    child) ever holds them."""
+    problems = [_argument_problem(call.arguments) for call in response.tool_calls]
+    if not any(problems):
         return response
     calls = tuple(
-        replace(call, arguments={}, invalid_arguments=TOO_DEEP) if too_deep(call.arguments) else call
-        for call in response.tool_calls
+        call if problem is None else replace(call, arguments={}, invalid_arguments=problem)
+        for call, problem in zip(response.tool_calls, problems, strict=True)
     )
     return replace(response, tool_calls=calls)
+
+
+def _argument_problem(arguments: Mapping[str, Any]) -> str | None:
+    if too_deep(arguments):
+        return TOO_DEEP
+    return TOO_LARGE if too_large(arguments) else None
 
 
 class ArgumentCheck:

@@ -18,7 +18,7 @@ from meta_agent.core import tool_call
 from meta_agent.core.events import Emit
 from meta_agent.core.heartbeat import Pulse
 from meta_agent.core.limits import clock, ms_since
-from meta_agent.core.messages import ImagePart, Message, TextPart, ToolCall, ToolResult
+from meta_agent.core.messages import TOO_LARGE, ImagePart, Message, TextPart, ToolCall, ToolResult
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind, Mode, StepRecord, ToolCallRecord
 from meta_agent.core.tool_call import Approver, ArgumentCheck
@@ -250,7 +250,8 @@ class ToolStepRunner:
             known = ", ".join(sorted(self.by_alias)) or "none"
             return tool_call.error(f"unknown tool {call.name!r}; the tools are: {known}")
         if call.invalid_arguments:
-            return tool_call.error(f"the arguments for {spec.alias} were {call.invalid_arguments}; send a JSON object")
+            advice = "send less" if call.invalid_arguments == TOO_LARGE else "send a JSON object"
+            return tool_call.error(f"the arguments for {spec.alias} were {call.invalid_arguments}; {advice}")
         problem = await self.checks.checked(spec, call.arguments)
         if problem:
             return tool_call.error(f"invalid arguments for {spec.alias}: {problem}")

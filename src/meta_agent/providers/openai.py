@@ -10,7 +10,9 @@ from typing import Any
 import openai
 
 from meta_agent.core.messages import (
+    MAX_ARGUMENT_CHARS,
     TOO_DEEP,
+    TOO_LARGE,
     AssistantMessage,
     ImagePart,
     Message,
@@ -236,6 +238,8 @@ def call_of(call_id: str | None, name: str, raw: str | dict[str, Any] | None) ->
     call_id = call_id or f"call_{uuid.uuid4().hex[:24]}"
     if isinstance(raw, dict):
         return ToolCall(id=call_id, name=name, arguments=raw)
+    if raw is not None and len(raw) > MAX_ARGUMENT_CHARS:  # refused unread: parsing it alone would take seconds
+        return ToolCall(id=call_id, name=name, arguments={}, invalid_arguments=TOO_LARGE)
     try:
         arguments = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
