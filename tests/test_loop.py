@@ -33,6 +33,7 @@ from meta_agent.core.result import ErrorKind, RunOut, RunResult, StopReason
 from meta_agent.core.tool_call import ArgumentCheck, Verdict
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.errors import ProviderUnavailable, ScriptError
+from meta_agent.internal.read_result import READ_RESULT
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.toolbox import Toolbox, ToolCaller
 
@@ -188,13 +189,36 @@ async def test_a_tool_step_then_the_answer(pool: ChildPool) -> None:
 
 async def test_calls_of_one_step_run_concurrently_and_results_keep_call_order(pool: ChildPool) -> None:
     slow, fast = call("f__slow", seconds=0.4, steps=1), call("f__echo", text="quick")
-    _result, provider, rec = await go(pool, [reply("", slow, fast), reply("done")])
-    # Both started before either finished, and the fast one finished first...
+    result, provider, rec = await go(pool, [reply("", slow, fast), reply("done")])
+    # Both started before either finished, and the fast one took a fraction of the slow one's time...
     kinds = [(e.kind, e.call_id) for e in rec.events if e.kind in ("tool_call_started", "tool_call_finished")]
     assert kinds[:2] == [("tool_call_started", slow.id), ("tool_call_started", fast.id)]
-    assert kinds[2:] == [("tool_call_finished", fast.id), ("tool_call_finished", slow.id)]
-    # ...but the model gets the results in the order it asked.
+    took = {record.name: record.duration_ms for record in result.steps[0].tool_calls}
+    assert took["f.echo"] < took["f.slow"]
+    # ...but their results are named and told in the order the model asked (a replay names them alike).
+    assert kinds[2:] == [("tool_call_finished", slow.id), ("tool_call_finished", fast.id)]
     assert [t for t, _ in tool_results(provider.requests[1])] == ["slept 0.4", "quick"]
+
+
+async def test_results_are_named_in_call_order_whichever_finishes_first(pool: ChildPool) -> None:
+    """Two long results and two images of one step: the first call's are result-1 and image-1 though it ends last,
+    so that a durable run's replay, whose calls end in another order, names them as its first start did."""
+    calls = [
+        call("f__huge", size=2_000, seconds=0.3),
+        call("f__huge", size=2_000),
+        call("f__image", seconds=0.3),
+        call("f__image"),
+    ]
+    tools = (*Toolbox.build([READ_RESULT], pool).select(),)
+    provider = ScriptedProvider([reply("", *calls), reply("done")])
+    run_id = "01KAAAAAAAAAAAAAAAAAB7K2QZ"
+    request = RunRequest(task="t", mode="agent", tools=tools, run_id=run_id, max_result_chars=1_000)
+    await run(request, provider=provider, tools=ToolCaller(pool.children, [READ_RESULT]))
+    told = [text for text, _ in tool_results(provider.requests[1])]
+    tag = run_id[-6:]
+    assert f"result-1@{tag}" in told[0] and f"result-2@{tag}" in told[1]
+    assert "image-1" in told[2] and "image-2" in told[3]
+    assert "image-2" not in told[2]
 
 
 async def test_mutating_calls_to_one_server_go_one_at_a_time(pool: ChildPool) -> None:

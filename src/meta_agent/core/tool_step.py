@@ -110,31 +110,25 @@ class ToolStepRunner:
         self, step: int, calls: tuple[ToolCall, ...], deadline: float
     ) -> tuple[list[ToolResult], StepRecord]:
         """Run one step's calls concurrently; results in call order. A call past the per-step limit is refused, and
-        one still running at `deadline` is cancelled: both are error results too."""
+        one still running at `deadline` is cancelled: both are error results too.
+
+        The results are named (their images `image-N`, a long one's handle) in the order the model gave the calls,
+        not the order they finish in, so a durable run's replay, whose calls finish in another order, names them as
+        its first start did: a call's result is named, and its end reported, once the calls before it have ended."""
         allowed = self.max_calls_per_step
         done: dict[int, tuple[ToolResult, ToolCallRecord]] = {}
         for index, call in enumerate(calls[allowed:], start=allowed):
             refusal = f"not run: at most {allowed} tool calls per step; call it again in the next step"
             done[index] = self.refused(call, refusal, "limit")
         slots = self._queue_slots(calls[:allowed])
+        ended: dict[int, tuple[ToolOutcome, int]] = {}  # the calls carried out, not yet named
+        named = [0]  # the calls before this index are named
 
         async def call_one(index: int) -> None:
-            call = calls[index]
-            full, duration_ms = await self._carry_out(step, call, slots[index])
-            shaped = self._shaped(call, full, self._named(full), self._kept(call, full), duration_ms)
-            result, record = done[index] = shaped
-            await self.emit(
-                ev.ToolCallFinished(
-                    step=step,
-                    call_id=call.id,
-                    name=record.name,
-                    ok=record.ok,
-                    duration_ms=duration_ms,
-                    error=record.error,
-                    result=result.parts,
-                    full_result=full.parts,
-                )
-            )
+            ended[index] = await self._carry_out(step, calls[index], slots[index])
+            while named[0] < len(slots) and named[0] in ended:  # this call, and those after it waiting for it
+                next_index, named[0] = named[0], named[0] + 1
+                await self._finish(step, calls[next_index], *ended.pop(next_index), done, next_index)
 
         with anyio.move_on_at(deadline):
             if len(slots) == 1:  # the common case needs no task of its own
@@ -143,9 +137,35 @@ class ToolStepRunner:
                 async with anyio.create_task_group() as tg:
                     for index in range(len(slots)):
                         tg.start_soon(call_one, index)
+        for index in sorted(ended):  # ended, but behind a call the deadline cancelled: they happened all the same
+            await self._finish(step, calls[index], *ended.pop(index), done, index)
         late = "cancelled: the run's time limit passed"
         pairs = [done.get(index) or self.refused(call, late, "limit") for index, call in enumerate(calls)]
         return [result for result, _ in pairs], StepRecord(index=step, tool_calls=tuple(rec for _, rec in pairs))
+
+    async def _finish(
+        self,
+        step: int,
+        call: ToolCall,
+        full: ToolOutcome,
+        duration_ms: int,
+        done: dict[int, tuple[ToolResult, ToolCallRecord]],
+        index: int,
+    ) -> None:
+        """Name the call's result, keep it in `done` and report its end."""
+        result, record = done[index] = self._shaped(call, full, self._named(full), self._kept(call, full), duration_ms)
+        await self.emit(
+            ev.ToolCallFinished(
+                step=step,
+                call_id=call.id,
+                name=record.name,
+                ok=record.ok,
+                duration_ms=duration_ms,
+                error=record.error,
+                result=result.parts,
+                full_result=full.parts,
+            )
+        )
 
     def refused(self, call: ToolCall, why: str, kind: ErrorKind) -> tuple[ToolResult, ToolCallRecord]:
         """The error result and record of a call that was not run."""
