@@ -144,3 +144,4 @@ async def test_a_tool_allowed_for_the_conversation_on_one_replica_is_not_asked_a
         assert isinstance(again, t.CallToolResult), again  # not asked: no input-required round
         assert again.structured_content is not None and again.structured_content["answer"] == "done with /b"
         assert "step 1 · f.delete_file allowed: already allowed for this conversation" in heard.messages
+        assert not [m for m in heard.messages if "asking the user" in m], heard.messages  # nobody was asked

@@ -26,7 +26,7 @@ ARGUMENTS_SHOWN = 400
 PROMPT = "  Allow execution? (y)es / (n)o / (t)rust for session "
 ALLOWED_ONCE = Verdict(True, "allowed once")
 DENIED = Verdict(False, "denied")
-TRUSTED = Verdict(True, "allowed for the rest of this run")
+TRUSTED = Verdict(True, "allowed for the rest of this run", for_run=True)
 ANSWERS = {"y": ALLOWED_ONCE, "yes": ALLOWED_ONCE, "n": DENIED, "no": DENIED, "t": TRUSTED, "trust": TRUSTED}
 
 
@@ -66,7 +66,7 @@ class RunApprover:
             if spec.name in self._trusted:  # a call of the same tool was answered `t` while this one waited
                 return Verdict(True, "already allowed for the rest of this run")
             verdict = await self._question(self._view, spec, arguments)
-        if verdict is TRUSTED:
+        if verdict.for_run:
             self._trusted.add(spec.name)
         return verdict
 

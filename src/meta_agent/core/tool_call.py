@@ -5,10 +5,10 @@ model. No I/O of its own; the approver is the caller's (the MCP front asks the h
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -54,10 +54,12 @@ _LOGGED_CHARS = 300  # of why a schema is unusable: it may quote a pattern thous
 
 @dataclass(frozen=True)
 class Verdict:
-    """The user's answer about one call; `answer` says it in words for the audit trail."""
+    """The user's answer about one call; `answer` says it in words for the audit trail. `for_run`: the user allowed
+    the tool for the rest of the run (which a durable run keeps across a resume)."""
 
     allowed: bool
     answer: str
+    for_run: bool = False
 
 
 class Approver(Protocol):
@@ -70,6 +72,20 @@ class Approver(Protocol):
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
         """Ask, and wait for the answer. Never raises for a refusal: a deny, decline or cancel is a Verdict."""
+        ...
+
+
+Asking = Callable[[], Awaitable[None]]
+
+
+@runtime_checkable
+class DecidingApprover(Approver, Protocol):
+    """An approver that decides whether to ask at all inside a step of its own (a durable run's: a replay gets the
+    recorded decision back, and must not report a question nobody asks): it calls `asking` just before it really asks
+    the user, and only then, instead of the loop reporting the question before every `ask`."""
+
+    async def decide(self, spec: ToolSpec, arguments: Mapping[str, Any], asking: Asking) -> Verdict:
+        """Remembered, or asked (after `asking`); never raises for a refusal."""
         ...
 
 

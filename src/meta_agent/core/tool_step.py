@@ -313,10 +313,17 @@ class ToolStepRunner:
         """Ask the user (unless it is allowed already, for longer than a call); both the question and the answer are
         events."""
         assert self.approver is not None  # tool_call.blocked refused the call otherwise
-        if (allowed_for := self.approver.remembered(spec)) is not None:
+
+        async def asking() -> None:
+            await self.emit(ev.ApprovalRequested(step=step, call_id=call.id, name=spec.name, arguments=call.arguments))
+
+        if isinstance(self.approver, tool_call.DecidingApprover):
+            deciding = self.approver.decide(spec, call.arguments, asking)
+            verdict = await self.pulse.wait(step, "the user's answer", deciding)
+        elif (allowed_for := self.approver.remembered(spec)) is not None:
             verdict = tool_call.Verdict(True, f"already allowed {allowed_for}")
         else:
-            await self.emit(ev.ApprovalRequested(step=step, call_id=call.id, name=spec.name, arguments=call.arguments))
+            await asking()
             verdict = await self.pulse.wait(step, "the user's answer", self.approver.ask(spec, call.arguments))
         await self.emit(
             ev.ApprovalAnswered(

@@ -40,7 +40,7 @@ import structlog
 from meta_agent.core.events import Emit, Event, ModelTurnStarted, ToolCallStarted
 from meta_agent.core.messages import ModelRequest, ModelResponse, ToolCall
 from meta_agent.core.provider import Provider
-from meta_agent.core.tool_call import READ_RESULT, Approver, Verdict
+from meta_agent.core.tool_call import READ_RESULT, Approver, Asking, Verdict
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.errors import ConfigError
@@ -382,23 +382,39 @@ class _Tools:
 
 class _Approvals:
     """The decision on a call, whether remembered from earlier or asked, is one step: a replay gets the same one, on
-    any replica, with or without its caller."""
+    any replica, with or without its caller, and reports no question (only a decision made now that asks the user
+    does). A tool the user allowed for the rest of the run stays allowed after a resume: the verdict that said so
+    is replayed too."""
 
     def __init__(self, inner: Approver | None, steps: RunSteps) -> None:
         self.inner = inner
         self.steps = steps
+        self._for_run: set[str] = set()  # the tools allowed for the rest of the run, replayed or answered now
 
     def remembered(self, spec: ToolSpec) -> str | None:
-        return None  # answered in `ask`, within its step
+        return None  # answered in `decide`, within its step
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
-        inner = self.inner
+        return await self.decide(spec, arguments, _say_nothing)
 
-        async def decide() -> Verdict:
+    async def decide(self, spec: ToolSpec, arguments: Mapping[str, Any], asking: Asking) -> Verdict:
+        inner, for_run = self.inner, self._for_run
+
+        async def decide_now() -> Verdict:
+            if spec.name in for_run:
+                return Verdict(True, "already allowed for the rest of this run")
             if inner is None:
                 return Verdict(False, NOBODY_TO_ASK)
             if (allowed_for := inner.remembered(spec)) is not None:
                 return Verdict(True, f"already allowed {allowed_for}")
+            await asking()
             return await inner.ask(spec, arguments)
 
-        return await self.steps.approval_step(spec, arguments, decide)
+        verdict = await self.steps.approval_step(spec, arguments, decide_now)
+        if verdict.for_run:
+            for_run.add(spec.name)
+        return verdict
+
+
+async def _say_nothing() -> None:
+    return None
