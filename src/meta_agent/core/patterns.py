@@ -18,6 +18,7 @@ refused by `unbounded` (the child then checks its arguments itself).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -49,6 +50,17 @@ class BadPattern(ValueError):
     a valid regex: missing ) at position 3"."""
 
 
+class CheckTooSlow(Exception):
+    """A check of a call's arguments spent its budget on the schema's other keywords (a quadratic `uniqueItems`,
+    `$ref`s that fan out, an error for every item of a long list)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"the tool's schema took too long to check these arguments (over {BUDGET_SECONDS:g} s); send fewer or"
+            " simpler ones"
+        )
+
+
 class PatternTooSlow(Exception):
     """A check spent its budget; `pattern` is the one that was matching when it ran out."""
 
@@ -77,11 +89,15 @@ def compiled(pattern: str, flags: int = 0) -> Any:
 
 
 class Budget:
-    """The time one check may spend matching, across all its matches."""
+    """The time one check may spend matching, across all its matches, and checking the arguments, across all the
+    schema's keywords."""
 
     def __init__(self, seconds: float = BUDGET_SECONDS) -> None:
         self._deadline = time.monotonic() + seconds
         self.slow: ValidationError | None = None  # the argument check's error where the budget ran out (see below)
+
+    def spent(self) -> bool:
+        return time.monotonic() > self._deadline
 
     def search(self, pattern: str, text: str, pos: int = 0, endpos: int | None = None, flags: int = 0) -> Match | None:
         """The first match of `pattern` in `text[pos:endpos]`, or None; without the interpreter's lock meanwhile.
@@ -127,6 +143,31 @@ def unbounded(schema: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Keywords whose check may take long with little input: `$ref`s may fan out exponentially, `uniqueItems` compares items.
+SLOW_KEYWORDS = frozenset({"$ref", "$dynamicRef", "uniqueItems"})
+LARGE_SCHEMA_NODES = 1_000  # a schema with more objects and lists than this is checked off the event loop
+
+
+def slow_to_check(schema: Any) -> bool:
+    """Whether checking arguments against `schema` may take long: it has a regex, a `$ref` or `uniqueItems`, or more
+    than LARGE_SCHEMA_NODES objects and lists (a walk with a stack, stopping at the first sign)."""
+    stack, nodes = [schema], 0
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if not (REGEX_KEYWORDS | SLOW_KEYWORDS).isdisjoint(node):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        else:
+            continue
+        nodes += 1
+        if nodes > LARGE_SCHEMA_NODES:
+            return True
+    return False
+
+
 def regex_keywords(schema: Any) -> frozenset[str]:
     """The REGEX_KEYWORDS used anywhere in `schema` (a key of any object in it: more than used, never less). A walk
     with a stack, not recursion: a child's schema may be nested deeper than Python recurses."""
@@ -146,15 +187,86 @@ _BOUNDED: dict[type[Any], type[Any]] = {}
 
 
 def bounded_class(cls: type[Any]) -> type[Any]:
-    """jsonschema's validator class `cls` with every keyword that matches a regex matching it here, under the budget
-    of `one_check`."""
+    """jsonschema's validator class `cls` with every keyword that matches a regex matching it here, `uniqueItems` in
+    linear time, and every keyword looking at the budget of `one_check` before it runs (CheckTooSlow past it)."""
     if cls not in _BOUNDED:
         from jsonschema import validators
 
         extend: Callable[..., type[Any]] = validators.extend  # untyped in jsonschema's stubs
-        keywords = {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional}
-        _BOUNDED[cls] = extend(cls, {k: f for k, f in keywords.items() if k in cls.VALIDATORS})
+        ours = {
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional,
+            "uniqueItems": _unique_items,
+        }
+        keywords = {name: ours.get(name, check) for name, check in cls.VALIDATORS.items()}
+        _BOUNDED[cls] = extend(cls, {name: _budgeted(check) for name, check in keywords.items()})
     return _BOUNDED[cls]
+
+
+def no_remote_references() -> Any:
+    """A `referencing` registry that retrieves nothing: a `$ref` outside the schema (a URL, a file) is unresolvable,
+    so a child's schema cannot make us fetch anything (jsonschema's default would, with urllib, without a timeout)."""
+    from referencing import Registry
+
+    return Registry()  # its default retrieval fails (NoSuchResource) for every URI
+
+
+def outside_references(schema: Any) -> list[str]:
+    """The `$ref`s and `$dynamicRef`s of `schema` that point outside it (anything not starting with `#`)."""
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            found.extend(
+                ref
+                for key in ("$ref", "$dynamicRef")
+                if isinstance(ref := node.get(key), str) and not ref.startswith("#")
+            )
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def _budgeted(check: Callable[..., Any]) -> Callable[..., Any]:
+    """`check`, a keyword's function, refusing to start once the check's budget is spent."""
+
+    def budgeted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        budget = _CHECK.get()
+        if budget is not None and budget.spent():
+            raise CheckTooSlow
+        return check(validator, value, instance, schema)
+
+    return budgeted
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, _schema: Any) -> Iterator[ValidationError]:
+    """jsonschema's `uniqueItems` in linear time (its own compares every pair of objects), with JSON's equality:
+    1 and 1.0 are the same, true and 1 are not, the order of an object's keys does not count."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[str] = set()
+    for item in instance:
+        key = json.dumps(_canonical(item), sort_keys=True)
+        if key in seen:
+            from jsonschema.exceptions import ValidationError
+
+            yield ValidationError(f"{_quoted(json.dumps(item))} appears more than once, and items must be unique")
+            return
+        seen.add(key)
+
+
+def _canonical(value: Any) -> Any:
+    """`value` with each whole float as the integer it equals (JSON does not tell 1.0 from 1)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(key): _canonical(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    return value
 
 
 def check_schema(cls: type[Any], schema: Mapping[str, Any]) -> None:

@@ -50,6 +50,10 @@ HEAD_CHARS = 4_000
 RUN_TAG_CHARS = 6  # the characters of a run's id that a handle ends with
 _PATH_PART_CHARS = 60  # of a property name an argument error names
 _LOGGED_CHARS = 300  # of why a schema is unusable: it may quote a pattern thousands of characters long
+ERRORS_WEIGHED = 20  # of an argument check's errors, the first this many are weighed for the one the model reads
+# Arguments up to this size, against a schema quick to check, are checked on the event loop: a thread's hand-off would
+# cost more than the check. Larger ones, which a schema may take long over (an error each), go to a worker thread.
+INLINE_CHECK_CHARS = 10_000
 
 
 @dataclass(frozen=True)
@@ -144,15 +148,16 @@ class ArgumentCheck:
 
     def __init__(self) -> None:
         self._validators: dict[str, tuple[Mapping[str, Any], Validator | None]] = {}
-        self._regexes: dict[str, tuple[Mapping[str, Any], bool]] = {}  # whether each tool's schema has a regex
+        self._heavy: dict[str, tuple[Mapping[str, Any], bool]] = {}  # whether each tool's schema may be slow to check
 
     async def checked(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
-        """`problem`, in a worker thread when the tool's schema has a regex (it may take up to its budget)."""
-        schema, regexes = self._regexes.get(spec.name, (None, False))
+        """`problem`, in a worker thread when it may take long (up to its budget): the schema has a regex, a `$ref`
+        (which may fan out) or `uniqueItems`, or is large itself, or the arguments are."""
+        schema, heavy = self._heavy.get(spec.name, (None, False))
         if schema is not spec.input_schema and schema != spec.input_schema:
-            regexes = bool(patterns.regex_keywords(spec.input_schema))
-            self._regexes[spec.name] = (spec.input_schema, regexes)
-        if not regexes:
+            heavy = patterns.slow_to_check(spec.input_schema)
+            self._heavy[spec.name] = (spec.input_schema, heavy)
+        if not heavy and not too_large(arguments, INLINE_CHECK_CHARS):
             return self.problem(spec, arguments)
         return await anyio.to_thread.run_sync(partial(self.problem, spec, arguments), abandon_on_cancel=True)
 
@@ -172,9 +177,11 @@ class ArgumentCheck:
                 errors: list[ValidationError] = []
                 for found in validator.iter_errors(dict(arguments)):
                     errors.append(found)
-                    if budget.slow is not None:  # the rest would be too slow as well
+                    if budget.slow is not None or len(errors) >= ERRORS_WEIGHED:  # the rest would change nothing
                         break
                 error = best_match(errors) if budget.slow is None else budget.slow
+        except patterns.CheckTooSlow as exc:
+            return str(exc)
         except Exception as exc:  # e.g. a bad regex in a pattern: the schema fails while checking
             log.warning("schema_unusable", tool=spec.name, error=one_line(summary(exc), _LOGGED_CHARS))
             self._validators[spec.name] = (spec.input_schema, None)
@@ -192,9 +199,12 @@ def _validator(spec: ToolSpec) -> Validator | None:
     try:
         if (why := patterns.unbounded(spec.input_schema)) is not None:
             raise ValueError(why)
+        if outside := patterns.outside_references(spec.input_schema):
+            raise ValueError(f"$ref {outside[0]!r} points outside the schema, and nothing is fetched for a schema")
         cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
         patterns.check_schema(cls, dict(spec.input_schema))
-        bounded: Validator = patterns.bounded_class(cls)(spec.input_schema)
+        registry = patterns.no_remote_references()
+        bounded: Validator = patterns.bounded_class(cls)(spec.input_schema, registry=registry)
         return bounded
     except Exception as exc:  # jsonschema raises several kinds for a broken schema
         log.warning("schema_unusable", tool=spec.name, error=one_line(summary(exc), _LOGGED_CHARS))
