@@ -34,8 +34,10 @@ PLANTED = {
 }
 
 
-async def traced_run(tmp_path: Path, llm: FakeLLM, **servers: ServerEntry) -> tuple[Any, list[dict[str, Any]]]:
-    settings = Settings(model="openai:fake-model", trace_dir=tmp_path)
+async def traced_run(
+    tmp_path: Path, llm: FakeLLM, *, internal_tools: str | None = None, **servers: ServerEntry
+) -> tuple[Any, list[dict[str, Any]]]:
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path, internal_tools=internal_tools)
     environ = openai_env(llm, OPENAI_API_KEY=PLANTED["api_key"])
     async with Engine(settings, servers or {"f": fault_entry()}, environ) as engine:
         result = await engine.run("echo something", mode="agent")
@@ -251,6 +253,16 @@ async def test_no_value_of_a_trace_is_stored_over_1_mb(tmp_path: Path, llm: Fake
     shown = subprocess.run(command, capture_output=True, text=True, env=env)
     assert shown.returncode == 0 and shown.stderr == "", shown.stderr
     assert any(line.startswith('  asked for: f.echo {"text": "éxxxxxxxxxéxxx') for line in shown.stdout.splitlines())
+
+
+async def test_a_whole_result_nothing_keeps_is_cut_like_any_value(tmp_path: Path, llm: FakeLLM) -> None:
+    """Without read_result (no internal tools) no result is kept whole: a child's 3 MB result is cut in the trace."""
+    llm.reply(openai_reply(None, ("c1", "f__huge", {"size": 3_000_000})))
+    llm.reply(openai_reply("done"))
+    _result, trace = await traced_run(tmp_path, llm, internal_tools="")
+    finished = next(r for r in trace if r["kind"] == "tool_call_finished")
+    assert finished["kept"] is None
+    assert finished["full_result"][0]["text"].endswith(" [cut: 3,000,000 characters in all]")
 
 
 def test_a_long_value_is_cut_without_encoding_it_whole(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -93,6 +93,7 @@ class ToolCallFinished:
     error: str | None = None
     result: tuple[Part, ...] = ()  # as the model gets it (placeholders, cut)
     full_result: tuple[Part, ...] = ()  # as the tool returned it
+    kept: str | None = None  # the handle under which the run keeps the whole result for read_result
     kind: Literal["tool_call_finished"] = "tool_call_finished"
 
 

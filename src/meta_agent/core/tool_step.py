@@ -153,7 +153,8 @@ class ToolStepRunner:
         index: int,
     ) -> None:
         """Name the call's result, keep it in `done` and report its end."""
-        result, record = done[index] = self._shaped(call, full, self._named(full), self._kept(call, full), duration_ms)
+        handle = self._kept(call, full)
+        result, record = done[index] = self._shaped(call, full, self._named(full), handle, duration_ms)
         await self.emit(
             ev.ToolCallFinished(
                 step=step,
@@ -164,6 +165,7 @@ class ToolStepRunner:
                 error=record.error,
                 result=result.parts,
                 full_result=full.parts,
+                kept=handle,
             )
         )
 

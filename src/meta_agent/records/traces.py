@@ -220,8 +220,8 @@ class _TraceFile:
             self._owned = True
         fields = self._request_record(event) if isinstance(event, ModelRequested) else vars(event)
         record = {"ts": datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds"), **fields}
-        # A tool's whole result stays whole: what read_result reads the run kept of it, and `runs show` tells it.
-        whole = record.pop("full_result", None) if isinstance(event, ToolCallFinished) else None
+        # A tool's whole result kept for read_result stays whole, as the run keeps it (`runs show` tells it).
+        whole = record.pop("full_result", None) if isinstance(event, ToolCallFinished) and event.kept else None
         if trace_values.oversized(record):
             record = trace_values.bounded(record, self._redact)
         if whole is not None:
