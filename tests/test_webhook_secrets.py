@@ -22,7 +22,8 @@ from mcp import Client
 from webhook_receiver import Receiver
 
 from meta_agent.children.webhooks import Webhooks
-from meta_agent.config import parse_servers
+from meta_agent.config import Settings, parse_servers
+from meta_agent.engine import Engine
 from meta_agent.errors import ChildError
 
 pytestmark = pytest.mark.anyio
@@ -158,3 +159,24 @@ def test_no_secret_of_a_webhook_in_any_line_of_meta_agent_run_at_debug(
     for line in lines:
         assert PROGRESS.match(line) or line.startswith("meta-agent: ") or isinstance(json.loads(line), dict), line
     assert_the_model_was_told_without_secrets(llm, port_of(entries["refused"]))
+
+
+async def test_an_answer_that_echoes_the_url_reaches_neither_the_model_nor_the_trace_with_its_secrets(
+    hooks: Receiver, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A 2xx answer quoting the request (as an echo endpoint, or an error page served with 200, does): the model reads
+    it with the secrets `[redacted]`, and the run's trace holds none of them either."""
+    entries = secret_hooks(hooks)
+    hooks.answer(
+        f"you called GET /hook/{PATH_SECRET}?token={QUERY_SECRET} with {HEADER_SECRET}", content_type="text/plain"
+    )
+    servers = parse_servers(json.dumps({"mcpServers": {}, "webhooks": entries}), "servers.json", {})
+    llm.reply(openai_reply(None, ("c1", "webhooks__failing", {"text": "hi"})))
+    llm.reply(openai_reply("Echoed."))
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path)
+    async with Engine(settings, servers, openai_env(llm)) as engine:
+        result = await engine.run("call it", mode="agent")
+    told = [m["content"] for m in llm.requests[1].body["messages"] if m["role"] == "tool"]
+    assert_no_secret(json.dumps(told))
+    assert told[0] == "you called GET [redacted]?[redacted] with [redacted]", told
+    assert_no_secret((tmp_path / f"{result.run_id}.jsonl").read_text())

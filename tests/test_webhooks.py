@@ -256,7 +256,8 @@ async def test_an_agent_run_calls_the_webhook_once_the_user_allows_it(
     ]
     [seen] = hooks.received
     assert seen.json == {"text": "deploy done"} and seen.headers["x-hook-key"] == HOOK_VALUE
-    assert json.loads(tool_message(llm)) == {"posted": True, "key_seen": HOOK_VALUE}  # the model got the answer
+    # the model got the answer, the secret it repeats hidden (the webhook's header values are never shown to it)
+    assert json.loads(tool_message(llm)) == {"posted": True, "key_seen": "[redacted]"}
     sent = llm.requests[0].body["tools"]
     offered = next(tool["function"] for tool in sent if tool["function"]["name"] == "webhooks__notify")
     assert offered["parameters"] == NOTIFY_PARAMETERS

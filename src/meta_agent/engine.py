@@ -25,7 +25,7 @@ from ulid import ULID
 from meta_agent.children.pool import ChildPool
 from meta_agent.children.questions import Questions
 from meta_agent.children.supervisor import ChildServer, ChildStatus
-from meta_agent.children.webhooks import Webhooks
+from meta_agent.children.webhooks import Webhooks, secrets_of
 from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings, load_servers, webhooks_of
 from meta_agent.core import events as ev
 from meta_agent.core.event_lines import describe
@@ -651,8 +651,9 @@ def _webhooks_json(webhooks: Webhooks) -> list[dict[str, Any]]:
 
 
 def _learn_webhook_secrets(redact: Redactor, servers: Mapping[str, ServerEntry]) -> None:
-    """Teach `redact` the webhooks' header values (a token expanded from `${VAR}`), as it learns a server's."""
-    redact.learn_values(value for hook in webhooks_of(servers).values() for value in hook.headers.values())
+    """Teach `redact` (the traces') the webhooks' secrets: their URL paths and queries and their header values (a
+    token expanded from `${VAR}`), as it learns a server's."""
+    redact.learn_values(secrets_of(webhooks_of(servers)))
 
 
 def _status_json(child: ChildServer) -> dict[str, Any]:

@@ -226,7 +226,7 @@ def _content(status: int, content_type: str, body: bytes) -> t.ContentBlock:
         return t.TextContent(type="text", text=f"(HTTP {status}, no content)")
     if not _textual(media):
         return t.TextContent(type="text", text=f"[answer: {media}, {len(body):,} bytes, not shown]")
-    return t.TextContent(type="text", text=_text(content_type, body))
+    return t.TextContent(type="text", text=redacted(_text(content_type, body)))  # an echo of the URL: hidden
 
 
 def _failed(status: int, reason: str, content_type: str, body: bytes) -> t.CallToolResult:
@@ -273,8 +273,13 @@ def _host(url: httpx2.URL) -> str:
 
 
 def _hide_secrets(entries: Mapping[str, WebhookEntry]) -> None:
-    """Keep each webhook's URL path, query, user info and header values out of every log line and error text: each
-    whole, and the parts of them shaped like a key (a page or a log line may quote a path's last segment alone)."""
+    """Keep each webhook's secrets (`secrets_of`) out of every log line, error text and answer the model reads."""
+    hide(secrets_of(entries))
+
+
+def secrets_of(entries: Mapping[str, WebhookEntry]) -> list[str]:
+    """Each webhook's URL path, query, user info and header values, each whole, and the parts of them shaped like a
+    key (a page or a log line may quote a path's last segment alone)."""
     secrets: list[str] = []
     for entry in entries.values():
         try:
@@ -287,7 +292,7 @@ def _hide_secrets(entries: Mapping[str, WebhookEntry]) -> None:
         parts = [*url.path.split("/"), *(value for _, value in url.params.multi_items())]
         parts += (word for value in entry.headers.values() for word in value.split())
         secrets += filter(_key_shaped, parts)
-    hide(secrets)
+    return secrets
 
 
 def _key_shaped(part: str) -> bool:
