@@ -142,3 +142,17 @@ async def test_a_slow_call_is_no_stall(llm: FakeLLM, tmp_path: Path) -> None:
         assert result.structured_content["answer"] == "slept"  # type: ignore[index]
         assert proc.poll() is None
         assert not any("event_loop_stalled" in line for line in log.lines)
+
+
+async def test_a_process_paused_from_outside_is_no_stall(llm: FakeLLM, tmp_path: Path) -> None:
+    """SIGSTOP for three times the stall limit (a debugger, `docker pause`), then SIGCONT: the server goes on."""
+    with stallable(llm, tmp_path) as (proc, url, log):
+        proc.send_signal(signal.SIGSTOP)
+        await anyio.sleep(STALL_SECONDS * 3)  # the pause being tested, not a wait for something to happen
+        proc.send_signal(signal.SIGCONT)
+        for _ in range(4):  # a few of the watcher's looks after the pause
+            async with Client(url) as client:
+                await client.list_tools()
+            await anyio.sleep(STALL_SECONDS)
+        assert proc.poll() is None
+        assert not any("event_loop_stalled" in line for line in log.lines)

@@ -1,14 +1,18 @@
 """The stall watchdog of `meta-agent serve`: a process whose event loop has stopped turning leaves, so that its
 supervisor starts it again and, on PostgreSQL, another replica takes its runs (design.md §7).
 
-The event loop marks each turn it takes (a task that wakes every TICK). A thread looks at the mark; when the loop has
-not turned for `META_AGENT_STALL_SECONDS`, it logs one line (`event_loop_stalled`, with what each run was doing), ends
-the children's process groups and exits with status 70 (EX_SOFTWARE). That thread needs the interpreter's lock, which
-a pure-Python loop hands over every few milliseconds, but work inside one C call (a regex in `re`, a huge
-`json.loads`) may hold for good. For that case the standard library's faulthandler, whose timer runs on a C thread
-that needs no lock, is the backstop: BACKSTOP_GRACE later it writes every thread's stack to a file of the trace
-directory (`stalled-PID.txt`; stderr stays JSON lines) and exits with status 1. There the children are not signalled:
-they see their stdin close and end as they do when the host goes away.
+The event loop marks each turn it takes (a task that wakes every TICK, a second). A thread looks at the mark; when the
+loop has not turned for `META_AGENT_STALL_SECONDS`, it logs one line (`event_loop_stalled`, with what each run was
+doing), ends the children's process groups and exits with status 70 (EX_SOFTWARE). That thread needs the
+interpreter's lock, which a pure-Python loop hands over every few milliseconds, but work inside one C call (a regex
+in `re`, a huge `json.loads`) may hold it for good. For that case the standard library's faulthandler, whose timer
+runs on a C thread that needs no lock, is the backstop: some time later (BACKSTOP_GRACE, or the stall limit again) it
+writes every thread's stack to a file of the trace directory (`stalled-PID.txt`; stderr stays JSON lines) and exits
+with status 1. There the children are not signalled: they see their stdin close and end as they do when the host
+goes away.
+
+A process paused from outside (SIGSTOP, a debugger, a frozen container or VM) did not stall: the thread, which did not
+run either, sees that it looked late, and counts the loop's stall from then on.
 """
 
 from __future__ import annotations
@@ -31,10 +35,16 @@ from meta_agent.children.stdio import kill_every_group
 log = structlog.get_logger(__name__)
 
 EXIT_STALLED = 70  # EX_SOFTWARE: a supervisor restarts the process; not a signal's status, not a usage error (2)
-TICK = 1.0  # how often the event loop marks that it turns, and how often the thread looks at the mark
-# How long after the stall limit the faulthandler backstop ends a process whose thread could not: time for the
-# thread to log its line and exit first whenever the interpreter's lock lets it.
+# How often the event loop marks that it turns, and how often the thread looks at the mark: at most this, and a
+# quarter of the stall limit where that is shorter, so a loop that turns is never a mark's age away from the limit.
+TICK = 1.0
+# How long after the stall limit, at least, the faulthandler backstop ends a process whose thread could not: time for
+# the thread to log its line and exit first whenever the interpreter's lock lets it. It is the stall limit itself
+# where that is longer, so that a process paused for less than twice the limit (SIGSTOP, a frozen VM) lives on.
 BACKSTOP_GRACE = 10.0
+# A look of the thread this much later than due means that the thread was not running either (the process was paused,
+# or the interpreter's lock held): the loop's stall is then counted from that look, not from before the pause.
+PAUSED = 0.5
 
 InProgress = Callable[[], list[str]]
 
@@ -66,19 +76,28 @@ async def watching_the_loop(stall_seconds: float, in_progress: InProgress, dump_
             _remove(dump)  # nothing stalled: no file left behind
 
 
+def _tick(stall_seconds: float) -> float:
+    return min(TICK, stall_seconds / 4)
+
+
 async def _mark_turns(turned: list[float], stall_seconds: float, dump: TextIO | None) -> None:
     while True:
         turned[0] = time.monotonic()
         if dump is not None:  # re-armed each turn: it fires only once the loop has not turned for the whole delay
-            faulthandler.dump_traceback_later(stall_seconds + BACKSTOP_GRACE, exit=True, file=dump)
-        await anyio.sleep(TICK)
+            faulthandler.dump_traceback_later(stall_seconds + max(BACKSTOP_GRACE, stall_seconds), exit=True, file=dump)
+        await anyio.sleep(_tick(stall_seconds))
 
 
 def _watch(
     turned: list[float], done: threading.Event, stall_seconds: float, in_progress: InProgress, left: Callable[[], None]
 ) -> None:
-    while not done.wait(TICK):
-        stalled = time.monotonic() - turned[0]
+    looked, tick = time.monotonic(), _tick(stall_seconds)
+    while not done.wait(tick):
+        now = time.monotonic()
+        if now - looked > tick + PAUSED:  # this thread did not run either: the process was paused, or its lock held
+            turned[0] = max(turned[0], now)  # what the loop did meanwhile is unknown: it is judged from now on
+        looked = now
+        stalled = now - turned[0]
         if stalled > stall_seconds and not done.is_set():
             left()
             _leave(stalled, in_progress)
