@@ -8,8 +8,10 @@ reason, except under CI=true, where that is a failure: the CI run always exercis
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -51,6 +53,26 @@ class Cluster:
         self.psql(self.admin_url, f"CREATE DATABASE {name}")
         return self.database(name)
 
+    def stop(self) -> None:
+        """Stop the server at once, as a crash would (its clients' connections die); `start` starts it again on the
+        same port, with the same data."""
+        self._pg_ctl("-m", "immediate", "-w", "stop")
+
+    def start(self) -> None:
+        directory = Path(self.exported["SHOP_DB_DIR"])
+        self._pg_ctl("-l", str(directory / "postgres.log"), "-w", "-t", "60", "start")
+
+    def _pg_ctl(self, *args: str) -> None:
+        """pg_ctl on this cluster, as the user that owns it (start-db, run as root, gives it to `postgres`)."""
+        data = Path(self.exported["SHOP_DB_DIR"]) / "data"
+        command = [str(self.binaries / "pg_ctl"), "-D", str(data), *args]
+        if os.getuid() == 0 and data.owner() != "root":
+            runuser = shutil.which("runuser", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+            assert runuser is not None, "runuser (util-linux) is needed to run pg_ctl as the cluster's owner"
+            command = [runuser, "-u", data.owner(), "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/", stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+
 
 def unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
@@ -58,8 +80,9 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Cluster]:
+@contextmanager
+def started_cluster() -> Iterator[Cluster]:
+    """A cluster of its own, started by start-db, stopped and deleted by stop-db when the block ends."""
     started = subprocess.run(
         ["bash", str(EXAMPLE / "start-db")], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
     )
@@ -78,6 +101,12 @@ def pg_cluster() -> Iterator[Cluster]:
         stopped = subprocess.run(["bash", str(EXAMPLE / "stop-db"), str(directory)], capture_output=True, timeout=60)
         assert stopped.returncode == 0, stopped.stderr
         assert not directory.exists()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    with started_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

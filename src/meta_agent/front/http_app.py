@@ -5,9 +5,13 @@ token, and /health. `front.http` serves it with uvicorn; an embedder may mount i
 from __future__ import annotations
 
 import hmac
+import os
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
+import structlog
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -15,10 +19,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from meta_agent.errors import ConfigError
+from meta_agent.errors import ConfigError, summary
 from meta_agent.front.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
 from meta_agent.front.server import MetaAgentServer
 from meta_agent.version import __version__
+
+log = structlog.get_logger(__name__)
 
 
 def http_app(
@@ -26,7 +32,9 @@ def http_app(
 ) -> Starlette:
     """Streamable HTTP at /mcp with DNS-rebinding protection and an optional bearer token, and /health: whether the
     server is up for any Host (a probe names the server by its own address); the version and the children only for
-    a Host and Origin the guard answers and, with a token set, a caller that gives it.
+    a Host and Origin the guard answers and, with a token set, a caller that gives it. Up means serving, with the
+    shared database in reach where there is one: 503 while the latest transaction found it unreachable (no query of
+    its own: the run index looks at the database every few seconds).
 
     Raises:
         ConfigError: `host` or an allowed host is not a host[:port].
@@ -49,6 +57,8 @@ def http_app(
         engine = server.engine
         if engine is None:
             return JSONResponse({"status": "starting"}, status_code=503)
+        if engine.durable is not None and not engine.database.contact.in_touch:
+            return JSONResponse({"status": "database unreachable"}, status_code=503)
         given = dict(request.scope["headers"]).get(b"authorization", b"")
         if not guard.answers(request.scope) or (token and not _bearer_matches(given, token)):
             return JSONResponse({"status": "ok"})  # up or not is all a load balancer needs; the rest is for callers
@@ -57,10 +67,26 @@ def http_app(
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        async with server.session_manager.run():  # enters the server's own lifespan: the children start here
-            yield
+        serving = False
+        try:
+            async with server.session_manager.run():  # enters the server's own lifespan: the children start here
+                serving = True
+                yield
+        except BaseException as exc:
+            # the server failed to start (uvicorn says why and stops), or is stopped: as it came
+            if not serving or isinstance(exc, (KeyboardInterrupt, SystemExit, anyio.get_cancelled_exc_class())):
+                raise
+            _leave(exc)
 
     return Starlette(routes=[Route("/health", health), Mount("/", app=guard)], lifespan=lifespan)
+
+
+def _leave(exc: BaseException) -> None:
+    """The server's lifespan (the engine) died while serving: the process must not stay up serving nothing. Said in
+    one line; then the process is stopped as by SIGTERM (its children are stopped already), so that its supervisor
+    starts it again."""
+    log.error("serving_failed", error=summary(exc))
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class _BearerToken:

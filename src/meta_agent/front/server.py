@@ -377,6 +377,11 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
         except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
             log.exception("run_crashed", mode=mode)
             return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
+        except BaseException as exc:  # a library's control error (DBOS's): it ends this call, never the server
+            if not _contained(exc):
+                raise
+            log.error("run_crashed", mode=mode, error=summary(exc))
+            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
         if per_conversation and result.conversation_id and allowed:
             await _allow_in(front.engine, result.conversation_id, allowed)
         return run_result(result)
@@ -389,6 +394,14 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
         return await work(progress, LiveApprover(ctx, allowed) if can_elicit(ctx) else None, live)
     finally:
         progress.close()
+
+
+def _contained(exc: BaseException) -> bool:
+    """Whether `exc` (no Exception) may end a call as an error: not a cancellation, an interrupt or an exit, nor a
+    group holding one, which go on as they came."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_contained(inner) for inner in exc.exceptions)
+    return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, anyio.get_cancelled_exc_class()))
 
 
 async def _allowed_in(engine: Engine, conversation_id: str | None) -> set[str]:

@@ -27,14 +27,41 @@ from meta_agent.text import first_line
 T = TypeVar("T")
 # An arbitrary key for PostgreSQL's advisory lock that serialises migrations across replicas.
 MIGRATION_LOCK = 0x6D657461
+# The database's time, in seconds since the epoch (SQLite 3.40 has no sub-second unixepoch: from the Julian day).
+POSTGRES_CLOCK = "extract(epoch from clock_timestamp())::double precision"
+SQLITE_CLOCK = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+class Contact:
+    """Whether the database answers, as the latest transaction found it: connecting failed or the connection broke
+    (out of touch), or one went through (in touch). Read without a query (the HTTP health route)."""
+
+    def __init__(self) -> None:
+        self.in_touch = True
+        self.lost_once = False  # contact was lost at least once since this process started
+        self._since = time.monotonic()  # when the current state began
+
+    def reached(self) -> None:
+        if not self.in_touch:
+            self.in_touch, self._since = True, time.monotonic()
+
+    def lost(self) -> None:
+        if self.in_touch:
+            self.in_touch, self.lost_once, self._since = False, True, time.monotonic()
+
+    def steady_for(self, seconds: float) -> bool:
+        """In touch, and for `seconds` at least since contact was last lost (never lost: since the start)."""
+        return self.in_touch and (not self.lost_once or time.monotonic() - self._since >= seconds)
 
 
 class Sql:
-    """The statements of one transaction, with `?` placeholders on either database."""
+    """The statements of one transaction, with `?` placeholders on either database. `clock` is an SQL expression of
+    the database's own time in seconds since the epoch: replicas whose clocks disagree agree on it."""
 
     def __init__(self, cursor: Any, *, postgres: bool) -> None:
         self._cursor = cursor
         self.postgres = postgres
+        self.clock = POSTGRES_CLOCK if postgres else SQLITE_CLOCK
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
         """Run `statement`; how many rows it changed."""
@@ -111,6 +138,7 @@ class Database:
     def __init__(self, label: str, *, postgres: bool) -> None:
         self.label = label  # names the database in errors: its path, or its URL without the password
         self.postgres = postgres
+        self.contact = Contact()
         self._connection: Any = None
         self._lock = threading.Lock()
 
@@ -124,7 +152,11 @@ class Database:
         """
         with self._lock:
             if self._connection is None:
-                connection = self._connect()
+                try:
+                    connection = self._connect()
+                except self.errors:
+                    self.contact.lost()
+                    raise
                 try:
                     self._transaction(connection, self._migrate)
                 except BaseException:
@@ -132,12 +164,15 @@ class Database:
                     raise
                 self._connection = connection
             try:
-                return self._transaction(self._connection, work, *args)
+                result = self._transaction(self._connection, work, *args)
             except self.errors:
                 if self._broken(self._connection):  # the next call connects again (a restarted server, say)
                     self._connection.close()
                     self._connection = None
+                    self.contact.lost()
                 raise
+            self.contact.reached()
+            return result
 
     def close(self) -> None:
         with self._lock:

@@ -24,12 +24,19 @@ is refused. Runs of another meta-agent version are left to the replicas of that 
 with other code): one that takes such a run lets go of it at once, so that during a deploy a replica of the old version
 finishes it; once none is left, it stays interrupted.
 
+A database outage: DBOS holds each step's write and retries it until the database is back (a step that completed
+meanwhile is recorded then, so it never runs again), and the run waits there; the run index keeps the run's row from
+being handed on meanwhile (records/run_index.py). Should a replica lose a run all the same (it stalled, or was cut
+off from the database alone, and another took the run over), DBOS refuses its next write: that execution stops there,
+and its caller is told in one line where the run is (`RunLost`); the replica serves on.
+
 dbos is imported only here, and only with a PostgreSQL database (about 300 ms).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -43,7 +50,8 @@ from meta_agent.core.provider import Provider
 from meta_agent.core.tool_call import READ_RESULT, Approver, Asking, Verdict
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
-from meta_agent.errors import ConfigError
+from meta_agent.errors import ConfigError, summary
+from meta_agent.records.durable_faults import Lost, RunLost, unwrapped, without_traceback
 from meta_agent.records.logs import route_through_ours
 from meta_agent.records.run_index import RunIndex, stopping
 from meta_agent.text import plural
@@ -57,6 +65,10 @@ NOBODY_TO_ASK = "not run: the run was resumed after its replica stopped, and nob
 MAX_RESUMES = 3  # hand-ons of a run after its replica stopped before it is given up (META_AGENT_MAX_RESUMES)
 # Tools whose calls are no steps: they read only the run's own state, which a replay rebuilds.
 REPLAYED = frozenset({FIND_TOOLS, READ_RESULT})
+# A look for runs to resume that failed (the database unreachable) is tried again this soon, at most: the replica's
+# /health says 503 until one goes through.
+RETRY_SECONDS = 1.0
+
 
 _active: DurableRuns | None = None  # DBOS is one per process, and so is this
 _workflow: Callable[[Any], Awaitable[Any]] | None = None
@@ -126,6 +138,7 @@ class DurableRuns:
             }
         )
         route_through_ours("dbos")  # DBOS's lines (tracebacks of an outage) as ours, one JSON line each, not its own
+        logging.getLogger("dbos").addFilter(without_traceback)
         try:
             DBOS.launch()
         except BaseException:
@@ -162,6 +175,9 @@ class DurableRuns:
         try:
             with SetWorkflowID(run_id):
                 return await _registered()(spec)
+        except Lost as lost:
+            log.warning("run_lost", run_id=run_id, error=summary(lost.error))
+            raise RunLost(run_id, lost.error) from None
         except anyio.get_cancelled_exc_class():
             if not stopping():  # its caller cancelled it: DBOS must not resume it either
                 with anyio.CancelScope(shield=True):
@@ -176,15 +192,15 @@ class DurableRuns:
 
         run_id = DBOS.workflow_id
         assert self._body is not None and run_id is not None
-        caller = self._callers.get(run_id)
+        caller = self._callers.pop(run_id, None)  # its first execution's: one DBOS starts again here has none
         if caller is not None:
-            return await self._body(spec, caller)
+            return await unwrapped(self._body(spec, caller), has_caller=True)
         task = asyncio.current_task()
         assert task is not None
         self._resumed[task] = run_id
         log.info("run_resumed", run_id=run_id)
         try:
-            return await self._body(spec, None)
+            return await unwrapped(self._body(spec, None), has_caller=False)
         finally:
             del self._resumed[task]
 
@@ -193,13 +209,21 @@ class DurableRuns:
         return RunSteps(can_ask=can_ask)
 
     async def _resume_lapsed(self) -> None:
+        """Look for runs to resume every `check_every`; while the database cannot be reached, every RETRY_SECONDS
+        (said once when it fails, once when it answers again)."""
+        failing = False
         while True:
-            await anyio.sleep(self.check_every)
+            await anyio.sleep(min(RETRY_SECONDS, self.check_every) if failing else self.check_every)
             try:
                 taken = await self.index.take_lapsed()
             except self.index.database.errors as exc:
-                log.warning("runs_not_resumed", error=str(exc), database=self.index.database.label)
+                if not failing:
+                    log.warning("runs_not_resumed", error=summary(exc), database=self.index.database.label)
+                failing = True
                 continue
+            if failing:
+                log.info("database_reached", database=self.index.database.label)
+            failing = False
             for run_id, replica in taken:
                 await self._resume(run_id, replica)
 

@@ -3,13 +3,17 @@
 
 A running run's row is kept alive by its replica (`alive_until`, renewed while it runs, like a conversation's
 hold); a row still `running` whose replica stopped renewing it is `interrupted`: its replica died or was stopped
-mid-run.
+mid-run. Marks are set and compared in the database's own time, so a replica whose clock is off neither lapses a run
+nor keeps one alive.
+
+Through a database outage nobody can renew: marks lapse that nobody gave up. So an owner retries a failed renewal
+promptly (RETRY_SECONDS), and a replica that lost touch with the database takes no lapsed run until it has been in
+touch again for a whole mark's span, time for every owner to have renewed; what lapsed by then was given up.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,6 +30,9 @@ log = structlog.get_logger(__name__)
 
 # A running run's row stays alive this long past its last renewal; renewed three times as often.
 ALIVE_SECONDS = 30.0
+# A renewal that failed (the database unreachable) is tried again this soon, at most: once the database is back, an
+# owner's mark must be renewed well within the span other replicas wait before taking lapsed runs.
+RETRY_SECONDS = 1.0
 RunStatus = Literal["running", "interrupted", "done"]
 # Set once this process is stopping (a signal): its runs, cancelled by that, are interrupted, not done.
 _stopping = False
@@ -83,7 +90,7 @@ class RunIndex:
         """The run is `running` while this is entered, its row renewed meanwhile; one that leaves by an exception
         (a failure, a cancelled call) is `done` with that error. The index failing does not fail the run: it is
         logged, and the run goes on."""
-        await self._write(_start, run_id, mode, task, self.replica, time.time() + self.alive_seconds)
+        await self._write(_start, run_id, mode, task, self.replica, self.alive_seconds)
         failure: Exception | None = None
         async with anyio.create_task_group() as renewals:
             renewals.start_soon(self._renew, run_id)
@@ -92,7 +99,7 @@ class RunIndex:
             except anyio.get_cancelled_exc_class():  # a caller that went away: cancellation goes on as it came
                 with anyio.CancelScope(shield=True):
                     if _stopping or run_id in self._left:
-                        await self._write(_alive, run_id, self.replica, 0.0)
+                        await self._write(_alive, run_id, self.replica, None)
                     else:
                         await self._write(_finish, run_id, self.replica, None, "cancelled")
                 raise
@@ -128,17 +135,21 @@ class RunIndex:
     async def release(self, run_id: str) -> None:
         """Let go of the run `run_id` taken by `take_lapsed` without handing it on: its mark lapses at once, for the
         next replica's look."""
-        await self._write(_alive, run_id, None, 0.0)
+        await self._write(_alive, run_id, None, None)
 
     async def take_lapsed(self) -> list[tuple[str, str]]:
         """The runs still `running` whose mark lapsed (their replica stopped), each with the replica that ran it;
         marked alive again, so that a run is taken by one replica only (it is its to hand on). The row keeps naming
-        the replica that ran it until another runs it.
+        the replica that ran it until another runs it. None while this replica has been back in touch with the
+        database for less than a mark's span (the look only touches it then): its owners may not have renewed yet.
 
         Raises:
             self.database.errors: the database cannot be reached.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _take_lapsed, time.time(), self.alive_seconds)
+        if not self.database.contact.steady_for(self.alive_seconds):
+            await anyio.to_thread.run_sync(self.database.run, _touch)
+            return []
+        return await anyio.to_thread.run_sync(self.database.run, _take_lapsed, self.alive_seconds)
 
     async def read(self, run_id: str) -> RunState | None:
         """The run's state; None: no run has that id here."""
@@ -155,15 +166,29 @@ class RunIndex:
         return [_state(str(row[0]), row[1:]) for row in rows]
 
     async def _renew(self, run_id: str) -> None:
+        """Renew the run's mark every third of its span; one that failed, every RETRY_SECONDS until one goes through
+        (said once when it fails, once when it is renewed again)."""
+        failing = False
         while True:
-            await anyio.sleep(self.alive_seconds / 3)
-            await self._write(_alive, run_id, self.replica, time.time() + self.alive_seconds)
+            await anyio.sleep(min(RETRY_SECONDS, self.alive_seconds / 3) if failing else self.alive_seconds / 3)
+            try:
+                await anyio.to_thread.run_sync(self.database.run, _alive, run_id, self.replica, self.alive_seconds)
+            except self.database.errors as exc:
+                if not failing:
+                    log.warning(
+                        "run_not_renewed", run_id=run_id, error=one_line(str(exc)), database=self.database.label
+                    )
+                failing = True
+                continue
+            if failing:
+                log.info("run_renewed", run_id=run_id)
+            failing = False
 
     async def _write(self, work: Any, *args: Any) -> None:
         try:
             await anyio.to_thread.run_sync(self.database.run, work, *args)
         except self.database.errors as exc:
-            log.warning("run_index_not_written", error=str(exc), database=self.database.label)
+            log.warning("run_index_not_written", error=one_line(str(exc)), database=self.database.label)
 
 
 def _why(exc: BaseException) -> str:
@@ -171,26 +196,32 @@ def _why(exc: BaseException) -> str:
     return one_line(str(exc)) if isinstance(exc, MetaAgentError) else summary(exc)
 
 
-def _start(sql: Sql, run_id: str, mode: str, task: str, replica: str, alive_until: float) -> None:
+def _start(sql: Sql, run_id: str, mode: str, task: str, replica: str, alive_seconds: float) -> None:
     """A new run, or a run resumed on `replica` (its row is taken over)."""
     at = now()
     sql.execute(
         "insert into runs (id, status, mode, task, replica, started, updated, alive_until)"
-        " values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (id) do update set status = 'running',"
+        f" values (?, ?, ?, ?, ?, ?, ?, {sql.clock} + ?) on conflict (id) do update set status = 'running',"
         " replica = excluded.replica, updated = excluded.updated, alive_until = excluded.alive_until",
-        (run_id, "running", mode, task, replica, at, at, alive_until),
+        (run_id, "running", mode, task, replica, at, at, alive_seconds),
     )
 
 
-def _take_lapsed(sql: Sql, at: float, alive_seconds: float) -> list[tuple[str, str]]:
+def _touch(sql: Sql) -> None:
+    sql.one("select 1")
+
+
+def _take_lapsed(sql: Sql, alive_seconds: float) -> list[tuple[str, str]]:
     # Locked as read: of two replicas taking at once, the second skips what the first took (SQLite: one writer).
     lock = " for update skip locked" if sql.postgres else ""
     rows = sql.all(
-        f"select id, replica from runs where status = 'running' and (alive_until is null or alive_until < ?){lock}",
-        (at,),
+        "select id, replica from runs where status = 'running'"
+        f" and (alive_until is null or alive_until < {sql.clock}){lock}"
     )
     for run_id, _ in rows:
-        sql.execute("update runs set alive_until = ?, updated = ? where id = ?", (at + alive_seconds, now(), run_id))
+        sql.execute(
+            f"update runs set alive_until = {sql.clock} + ?, updated = ? where id = ?", (alive_seconds, now(), run_id)
+        )
     return [(str(run_id), str(replica)) for run_id, replica in rows]
 
 
@@ -198,12 +229,14 @@ def _take_lapsed(sql: Sql, at: float, alive_seconds: float) -> list[tuple[str, s
 # another replica took the run over) cannot renew, leave or end it under the one running it now.
 
 
-def _alive(sql: Sql, run_id: str, replica: str | None, alive_until: float) -> None:
-    """The run's mark; `replica` None: whoever runs it (a run let go by the replica that took it)."""
+def _alive(sql: Sql, run_id: str, replica: str | None, alive_seconds: float | None) -> None:
+    """The run's mark, `alive_seconds` from now; None: lapsed at once (a run left for another replica). `replica`
+    None: whoever runs it (a run let go by the replica that took it)."""
     mine = "" if replica is None else " and replica = ?"
+    until = "0" if alive_seconds is None else f"{sql.clock} + ?"
     sql.execute(
-        f"update runs set alive_until = ? where id = ? and status = 'running'{mine}",
-        (alive_until, run_id, *(() if replica is None else (replica,))),
+        f"update runs set alive_until = {until} where id = ? and status = 'running'{mine}",
+        (*(() if alive_seconds is None else (alive_seconds,)), run_id, *(() if replica is None else (replica,))),
     )
 
 
@@ -228,20 +261,23 @@ def _finish(sql: Sql, run_id: str, replica: str | None, result: str | None, erro
     )
 
 
-COLUMNS = "status, mode, task, replica, started, updated, alive_until, result, error"
+def _columns(sql: Sql) -> str:
+    """The columns `_state` reads; whether the mark lapsed in the database's time."""
+    lapsed = f"case when alive_until is null or alive_until < {sql.clock} then 1 else 0 end"
+    return f"status, mode, task, replica, started, updated, {lapsed}, result, error"
 
 
 def _read(sql: Sql, run_id: str) -> tuple[Any, ...] | None:
-    return sql.one(f"select {COLUMNS} from runs where id = ?", (run_id,))
+    return sql.one(f"select {_columns(sql)} from runs where id = ?", (run_id,))
 
 
 def _recent(sql: Sql, limit: int) -> list[tuple[Any, ...]]:
-    return sql.all(f"select id, {COLUMNS} from runs order by started desc, id desc limit ?", (limit,))
+    return sql.all(f"select id, {_columns(sql)} from runs order by started desc, id desc limit ?", (limit,))
 
 
 def _state(run_id: str, row: tuple[Any, ...]) -> RunState:
-    status, mode, task, replica, started, updated, alive_until, result, error = row
-    if status == "running" and (alive_until is None or alive_until < time.time()):
+    status, mode, task, replica, started, updated, lapsed, result, error = row
+    if status == "running" and lapsed:
         status = "interrupted"
     return RunState(
         run_id=run_id,
