@@ -25,18 +25,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import TextIO
 
 import anyio
-import mcp.types as t
 import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.shared.message import SessionMessage
+
+from meta_agent.bounded_lines import lines_within
+from meta_agent.children.stdout import LINE_LIMIT, received
 
 log = structlog.get_logger(__name__)
 
@@ -197,15 +199,16 @@ async def _read(
     params: StdioServerParameters,
 ) -> None:
     """Each line of the child's stdout is a message (or the error parsing it) for the session, until the child's
-    stdout ends; once the session has gone, what follows is read and dropped."""
+    stdout ends; no line is held past its limit (children/stdout.py); once the session has gone, what follows is read
+    and dropped."""
     delivering = True
     async with to_session:
-        async for line in lines_of(lambda: _receive(stdout)):
+        async for line in lines_within(lambda: _receive(stdout), LINE_LIMIT):
             if not delivering:
                 continue
-            text = line.decode(params.encoding, params.encoding_error_handler)
             try:
-                await to_session.send(_parse(text))
+                for item in received(line, params):
+                    await to_session.send(item)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 delivering = False
 
@@ -231,26 +234,3 @@ async def _receive(stream: ByteReceiveStream) -> bytes:
         return await stream.receive(CHUNK)
     except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
         return b""
-
-
-def _parse(line: str) -> SessionMessage | Exception:
-    try:
-        return SessionMessage(t.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except ValueError as exc:  # the session hands it on: a child writing non-protocol output to stdout
-        return exc
-
-
-async def lines_of(receive: Callable[[], Awaitable[bytes]]) -> AsyncIterator[bytes]:
-    """Each line (with its newline) of what `receive` returns until it returns b""; the last may lack the newline.
-    A long line costs linear time: only the bytes that came since the last look are searched for its end."""
-    pending = bytearray()
-    while chunk := await receive():
-        scanned = len(pending)
-        pending += chunk
-        start = 0
-        while (end := pending.find(b"\n", max(start, scanned))) >= 0:
-            yield bytes(pending[start : end + 1])
-            start = end + 1
-        del pending[:start]
-    if pending:
-        yield bytes(pending)

@@ -27,6 +27,8 @@ import structlog
 from mcp.types.methods import SPEC_CLIENT_METHODS, SPEC_CLIENT_NOTIFICATION_METHODS
 from pydantic import ValidationError
 
+from meta_agent import bounded_lines
+
 log = structlog.get_logger(__name__)
 
 # The longest line read, in bytes: what one message may take in memory before it is parsed. The HTTP front takes
@@ -48,26 +50,9 @@ class Refusal:
 
 async def lines_within(receive: Callable[[], Awaitable[bytes]], limit: int = LINE_LIMIT) -> AsyncIterator[bytes | None]:
     """Each line (with its newline) of what `receive` returns until it returns b"", the last perhaps without one;
-    None in place of a line longer than `limit` bytes, whose bytes are dropped as they come. A long line costs
-    linear time: only the bytes that came since the last look are searched for its end."""
-    pending = bytearray()
-    skipping = False  # in a line over the limit, until its end
-    while chunk := await receive():
-        scanned = len(pending)
-        pending += chunk
-        start = 0
-        while (end := pending.find(b"\n", max(start, scanned))) >= 0:
-            yield None if skipping or end - start > limit else bytes(pending[start : end + 1])
-            skipping = False
-            start = end + 1
-        del pending[:start]
-        if len(pending) > limit:
-            pending.clear()
-            skipping = True
-    if skipping:
-        yield None
-    elif pending:
-        yield bytes(pending)
+    None in place of a line longer than `limit` bytes, whose bytes are dropped as they come (bounded_lines)."""
+    async for line in bounded_lines.lines_within(receive, limit):
+        yield line if isinstance(line, bytes) else None
 
 
 def screened(line: bytes | None) -> t.JSONRPCMessage | Refusal | None:

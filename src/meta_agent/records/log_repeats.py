@@ -8,9 +8,15 @@ about (`IDENTITY`: the child, the tool, the error, a child's stderr line); for a
 writing the same line in a loop is held back, and a line it writes once among them is not. Lines below warning are
 never held back, except the events in `FLOOD_PRONE`, which come from outside at info level.
 
-What was held back is told, never lost silently: the next line of the kind written carries `repeated=N`, the count of
-lines of its kind not written before it; and when a kind goes quiet, its last line held back is written once its
-window has passed (by a timer thread), carrying the count of the others. Every line is thus written or counted.
+Lines that all differ are no repeats, so the events in `FLOOD_PRONE` are also held back by their source (the event
+and the child it is about): past the repeats, at most `SOURCE_BUDGET` lines of a source are written per window, the
+others counted. A source over its budget is known before its next line is even formatted (`held_back`), so that a
+child writing 50,000 lines a second costs the event loop a counter each, not a log line each.
+
+What was held back is told, never lost silently: the next line of the kind (or the source) written carries
+`repeated=N`, the count of lines of its kind (or source) not written before it; and when a kind or a source goes
+quiet, a line it held back is written once its window has passed (by a timer thread), carrying the count of the
+others. Every line is thus written or counted.
 """
 
 from __future__ import annotations
@@ -28,8 +34,14 @@ REPEAT_WINDOW = 1.0
 # The kinds remembered at once, the least recently seen forgotten first: a flood of lines that all differ (and so
 # are never held back) cannot grow the memory without bound.
 MAX_KINDS = 1024
-# Our own events held back at any level: each is what something outside can send as fast as it likes.
-FLOOD_PRONE = frozenset({"child_stderr"})
+# Our own events held back at any level, and by their source: each is what a child can make us log as fast as it
+# likes (its stderr, its stdout, questions it asks that are declined or fail, its tool-list changes).
+FLOOD_PRONE = frozenset(
+    {"child_stderr", "child_bad_output", "child_question_declined", "child_question_failed", "child_tools_changed"}
+)
+# Lines of one source of a FLOOD_PRONE event (one child's stderr, say) written per window: enough to see what a child
+# says, too few to flood a disk or a host's log.
+SOURCE_BUDGET = 20
 # Characters of a message or field that make its kind (past them, lines differ in details only).
 KIND_CHARS = 120
 # The fields of our own lines that are part of their kind.
@@ -41,6 +53,13 @@ _NUMBERED = re.compile(r"\S*\d\S*")
 _SLACK = 0.01
 
 Kind = tuple[str, ...]
+
+
+def source_of(logger: str, event: object) -> Kind | None:
+    """The source of a line of ours (`event` is its event dict) held to `SOURCE_BUDGET`, or None if it is not."""
+    if not isinstance(event, dict) or event.get("event") not in FLOOD_PRONE:
+        return None
+    return logger, str(event["event"]), str(event.get("server"))
 
 
 def kind_of(record: logging.LogRecord) -> Kind | None:
@@ -61,28 +80,35 @@ def _template(value: object) -> str:
 
 @dataclass
 class _Seen:
-    last: float  # when a line of the kind was last written
-    held: int = 0  # lines of the kind not written since
-    latest: logging.LogRecord | None = None  # the last of them, written when the kind goes quiet
+    last: float  # when the window began: a line of the kind was written
+    written: int = 1  # lines of the kind written in the window
+    held: int = 0  # lines of the kind not written since the last one that was
+    latest: logging.LogRecord | None = None  # one of them, written when the kind goes quiet
 
 
 class Repeats:
-    """The kinds seen lately and their lines held back; `write` writes a late line (from the timer's thread too)."""
+    """The kinds seen lately and their lines held back past `allowance` lines a window; `write` writes a late line
+    (from the timer's thread too)."""
 
-    def __init__(self, write: Callable[[logging.LogRecord], object]) -> None:
+    def __init__(self, write: Callable[[logging.LogRecord], object], allowance: int = 1) -> None:
         self._write = write
+        self._allowance = allowance
         self._kinds: OrderedDict[Kind, _Seen] = OrderedDict()
         self._waiting: set[Kind] = set()  # the kinds with lines held back
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
-    def admit(self, kind: Kind, record: logging.LogRecord) -> int | None:
-        """None: hold `record` back (it is counted); else write it, telling the count of its kind held back before."""
+    def admit(self, kind: Kind, record: logging.LogRecord, weight: int = 1) -> int | None:
+        """None: hold `record` back (it is counted, as `weight` lines: itself and those it already stands for); else
+        write it, telling the count of its kind held back before."""
         now = time.monotonic()
         with self._lock:
             seen = self._kinds.get(kind)
             if seen is not None and now - seen.last < REPEAT_WINDOW:
-                seen.held += 1
+                if seen.written < self._allowance:
+                    seen.written += 1
+                    return 0
+                seen.held += weight
                 seen.latest = record
                 self._waiting.add(kind)
                 self._arm(now)
@@ -96,6 +122,17 @@ class Repeats:
         if forgotten is not None:
             self._write_held(forgotten[1])
         return seen.held if seen is not None else 0
+
+    def held_back(self, kind: Kind) -> bool:
+        """Whether `kind` is holding its lines back now; if so, one more is counted (a line dropped before it was
+        even made: the line already held back is the one written, with the count)."""
+        now = time.monotonic()
+        with self._lock:
+            seen = self._kinds.get(kind)
+            if seen is None or seen.latest is None or now - seen.last >= REPEAT_WINDOW:
+                return False
+            seen.held += 1
+            return True
 
     def close(self) -> None:
         """Write every line still held back (the process is ending); no timer is left running."""

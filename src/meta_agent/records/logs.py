@@ -5,7 +5,8 @@ would otherwise print on stderr by itself: warnings, logging's `lastResort`, exc
 that could not be raised (`sys.unraisablehook`), and the asyncio loop's exception handler (which logs to `asyncio`).
 Each line is one JSON object on one line (one text line on a terminal): below debug level an exception in a log line
 is one `error=...` field; at debug its traceback is the `exception` field (`traceback` on a terminal), never lines of
-its own. A repeated line is written at most once a second per kind, with the count of those held back (log_repeats).
+its own. A repeated line is written at most once a second per kind, with the count of those held back, and a line a
+child can make us write at will at most `SOURCE_BUDGET` times a second per child (log_repeats).
 Values hidden with `hide` (a webhook's URL path and query, its header values) are `[redacted]` in every line, the
 libraries' own included. Lines logged during a run carry its `run_id`; each line names the module
 that logged it (`logger`), as every module of the package logs under its own `__name__`. Our own lines (not the
@@ -29,7 +30,7 @@ from urllib.parse import quote, quote_plus
 import structlog
 
 from meta_agent.errors import summary
-from meta_agent.records.log_repeats import REPEATED, Repeats, kind_of
+from meta_agent.records.log_repeats import REPEATED, SOURCE_BUDGET, Repeats, kind_of, source_of
 
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 LogTap = Callable[[Mapping[str, Any]], None]
@@ -114,8 +115,14 @@ def configure_logging(level: str = "info", *, stream: TextIO | None = None, json
     root.handlers[:] = [handler]
     root.setLevel(LOG_LEVELS[level])
     structlog.configure(
-        # Not in `shared`, which also formats the libraries' lines: the taps get our own lines only.
-        processors=[*shared, forward_to_taps, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        # Not in `shared`, which also formats the libraries' lines: the taps get our own lines only. A line its
+        # source's budget holds back is dropped first, before any work is spent on it.
+        processors=[
+            handler.drop_held_back,
+            *shared,
+            forward_to_taps,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
@@ -136,21 +143,43 @@ def route_through_ours(name: str) -> None:
 
 
 class _LineHandler(logging.StreamHandler):  # type: ignore[type-arg]  # generic in typeshed only
-    """Each record as one line on the stream, hidden values redacted, repeats held back (log_repeats)."""
+    """Each record as one line on the stream, hidden values redacted, repeats and floods held back (log_repeats)."""
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
-        self._repeats = Repeats(super().handle)
+        self._sources = Repeats(super().handle, SOURCE_BUDGET)
+        self._repeats = Repeats(self._within_budget)
 
     def handle(self, record: logging.LogRecord) -> bool:
         kind = kind_of(record)
-        if kind is not None:
-            held = self._repeats.admit(kind, record)
+        if kind is None:
+            return bool(super().handle(record))
+        held = self._repeats.admit(kind, record)
+        if held is None:
+            return False
+        if held:
+            setattr(record, REPEATED, held)
+        return self._within_budget(record)
+
+    def _within_budget(self, record: logging.LogRecord) -> bool:
+        """Write `record` unless its source has had its lines this second (then it is counted, with the lines it
+        stands for)."""
+        source = source_of(record.name, record.msg)
+        if source is not None:
+            held = self._sources.admit(source, record, 1 + getattr(record, REPEATED, 0))
             if held is None:
                 return False
             if held:
-                setattr(record, REPEATED, held)
+                setattr(record, REPEATED, getattr(record, REPEATED, 0) + held)
         return bool(super().handle(record))
+
+    def drop_held_back(self, logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        """The structlog processor that drops (and counts) a line of ours whose source is over its budget, before
+        it is formatted or handed to the taps."""
+        source = source_of(getattr(logger, "name", ""), event)
+        if source is not None and self._sources.held_back(source):
+            raise structlog.DropEvent
+        return event
 
     def format(self, record: logging.LogRecord) -> str:
         return redacted(super().format(record))
@@ -169,7 +198,8 @@ class _LineHandler(logging.StreamHandler):  # type: ignore[type-arg]  # generic 
             pass
 
     def close(self) -> None:
-        self._repeats.close()
+        self._repeats.close()  # its late lines go through the budgets, then theirs are written
+        self._sources.close()
         super().close()
 
 
