@@ -5,6 +5,9 @@ stop it raises the signal again (a KeyboardInterrupt traceback, death by signal 
 second SIGINT sets its `force_exit`, which skips the lifespan shutdown where the children are stopped. Here uvicorn
 catches no signal; the command line's `_until_signalled` does, and cancels `serve_http`, which then tells uvicorn to
 stop and waits, shielded, until it has: requests in flight are given `STOP_GRACE`, then the lifespan stops the children.
+
+The listening sockets and uvicorn's HTTP protocol come bounded from `front.http_limits`: connections under a cap below
+the process's file limit, each request given a time to arrive whole, the accept loop resting when out of descriptors.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from contextlib import contextmanager
 import anyio
 import uvicorn
 from starlette.types import ASGIApp
+
+from meta_agent.front.http_limits import Admission, bounded_h11, listener
 
 # Requests still running when a stop begins get this long to finish before they are cancelled: an open SSE stream (a
 # 2025-11-25 caller's GET) or a long run would otherwise hold the stop, and the children's with it, forever.
@@ -36,12 +41,19 @@ class _Server(uvicorn.Server):
 
 async def serve_http(app: ASGIApp, sockets: list[socket.socket]) -> None:
     """Serve `app` on the listening `sockets` until cancelled; then stop serving and run the app's lifespan shutdown
-    before returning (or raising the cancellation).
+    before returning (or raising the cancellation). The sockets are taken over (left closed).
 
     Raises:
         StartupFailed: the app's lifespan failed to start.
     """
-    server = _Server(uvicorn.Config(app, log_config=None, lifespan="on", timeout_graceful_shutdown=STOP_GRACE))
+    admission = Admission()
+    sockets = [listener(sock, admission) for sock in sockets]
+    # uvicorn's own limit_concurrency is not set: it answers 503 only to a request that has arrived whole, which a
+    # connection holding a descriptor need never send; the admission caps connections as they are accepted.
+    config = uvicorn.Config(
+        app, http=bounded_h11(admission), log_config=None, lifespan="on", timeout_graceful_shutdown=STOP_GRACE
+    )
+    server = _Server(config)
     failed = False
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_when_cancelled, server)

@@ -176,7 +176,7 @@ async def _image(value: Any, context: RunContext, limits: FetchLimits) -> ImageP
         )
     scheme = _scheme(value)
     if scheme == "data":  # before anything copies it: a data URL may be many megabytes
-        return decode_data_url(value, limits.max_bytes)
+        return await decode_data_url(value, limits.max_bytes)
     text = value.strip()
     if len(text) <= _REFERENCE_MAX and _REFERENCE.fullmatch(text.lower()):
         return _referenced(text.lower(), context)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import anyio
 import httpx2
@@ -29,6 +30,28 @@ _DATA_HEADER = 200  # characters a data URL's `data:image/...;base64` may take b
 # Room in a data URL's payload for line breaks beside the base64 (MIME wraps it every 76 characters; "%0D%0A" takes
 # 6): a payload longer than the cap's base64 and this is refused unread.
 _LINE_BREAKS = 0.1
+# A data URL's payload is read this many characters at a time (a longer one in a worker thread): each step holds the
+# GIL a few milliseconds at most and copies no more than this.
+_SLICE = 1 << 20
+_SNIFFED = 12  # first bytes of an image read to tell its media type (WebP's signature ends at its 12th)
+_MALFORMED = "the data URL's base64 is malformed"
+# What a data URL's payload may hold beside base64: white space (as str.split() knows it), percent-escaped ASCII
+# white space (skipped, as it was when unquoted) and the percent-escaped base64 signs.
+_WHITE_SPACE = dict.fromkeys(
+    map(
+        ord,
+        "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+        "\u2009\u200a\u2028\u2029\u202f\u205f\u3000",
+    )
+)
+_ESCAPED = dict.fromkeys(("09", "0A", "0B", "0C", "0D", "1C", "1D", "1E", "1F", "20"), "") | {
+    "2B": "+",
+    "2F": "/",
+    "3D": "=",
+}
+_ESCAPES = tuple(
+    (f"%{spelling}", sign) for code, sign in _ESCAPED.items() for spelling in dict.fromkeys([code, code.lower()])
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,9 +73,11 @@ class ImageRefused(Exception):
     """An image that cannot be had as asked; `str(error)` is one line saying why, for the model to read."""
 
 
-def decode_data_url(url: str, max_bytes: int) -> ImagePart:
-    """The image of a `data:image/...;base64,` URL (white space around it allowed). Its length is checked before any
-    of it is copied or decoded: a 100 MB URL costs no more than a short one to refuse.
+async def decode_data_url(url: str, max_bytes: int) -> ImagePart:
+    """The image of a `data:image/...;base64,` URL (white space around it allowed; in its base64 white space and
+    percent-escaped white space are skipped, and %2B, %2F and %3D read as `+`, `/` and `=`). Its length is checked
+    before any of it is copied or decoded: a 100 MB URL costs no more than a short one to refuse. A long one is then
+    read in a worker thread, a slice at a time, its memory bounded by twice the image's base64.
 
     Raises:
         ImageRefused: another kind of data URL, malformed base64, or too large.
@@ -66,20 +91,126 @@ def decode_data_url(url: str, max_bytes: int) -> ImagePart:
         raise ImageRefused(f"the data URL holds {mime or 'text/plain'}, not an image (data:image/png;base64,...)")
     if "base64" not in (option.strip().lower() for option in options):
         raise ImageRefused("only base64 data URLs are accepted (data:image/png;base64,...)")
-    too_large = f"the data URL's image is larger than {max_bytes:,} bytes"
     if len(url) - comma - 1 > _encoded_length(max_bytes) * (1 + _LINE_BREAKS):
-        raise ImageRefused(too_large)
-    payload = url[comma + 1 :]
-    if "%" in payload:
-        payload = unquote(payload)
-    payload = "".join(payload.split())
-    if len(payload) * 3 // 4 - payload.endswith("=") - payload.endswith("==") > max_bytes:
-        raise ImageRefused(too_large)
-    try:
-        raw = base64.b64decode(payload, validate=True)
-    except binascii.Error:
-        raise ImageRefused("the data URL's base64 is malformed") from None
-    return _image_part(raw, mime, "the data URL")
+        raise ImageRefused(_too_large(max_bytes))
+    if len(url) - comma - 1 <= _SLICE:
+        return _payload_image(url, comma + 1, mime, max_bytes)
+    return await anyio.to_thread.run_sync(_payload_image, url, comma + 1, mime, max_bytes)
+
+
+def _payload_image(url: str, start: int, declared: str, max_bytes: int) -> ImagePart:
+    """The image of the base64 in `url` from `start`: checked first, keeping nothing; then copied once where it holds
+    nothing to skip, else read again and joined (its memory twice the image's base64 at most).
+
+    Raises:
+        ImageRefused: malformed base64, or over `max_bytes`.
+    """
+    check = _Base64Check(max_bytes)
+    for piece in _payload_pieces(url, start):
+        check.add(piece)
+    end, last = check.finish()
+    if check.length == len(url) - start and url.endswith(last):
+        data = url[start:]
+    else:  # the padding left out (all of it is at the end): a flood of `=` is not kept
+        data = "".join(_ending_in([piece.rstrip("=") for piece in _payload_pieces(url, start)], end, last))
+    return ImagePart(data=data, mime_type=_sniffed(check.head) or declared)
+
+
+def _payload_pieces(url: str, start: int) -> Iterator[str]:
+    """The base64 of a data URL's payload, a slice at a time, without its white space (percent-escaped or not) and
+    with %2B, %2F and %3D read: each step copies one slice at most, in C, and lets go of the GIL between slices.
+
+    Raises:
+        ImageRefused: another percent escape.
+    """
+    while start < len(url):
+        end = min(start + _SLICE, len(url))
+        if end < len(url):  # an escape cut at the slice's end is read whole with the next slice
+            cut = url.find("%", end - 2, end)
+            end = cut if cut > start else end
+        piece = url[start:end]
+        start = end
+        if "%" in piece:
+            for escape, meant in _ESCAPES:
+                piece = piece.replace(escape, meant)
+            if "%" in piece:
+                raise ImageRefused(_MALFORMED)
+        yield piece.translate(_WHITE_SPACE)
+
+
+class _Base64Check:
+    """Base64 checked a piece at a time as `binascii.a2b_base64(strict_mode=True)` checks it whole (RFC 4648's
+    alphabet; the padding a last short quantum needs, or any `=` after a whole one; nothing after it), the decoded
+    size within a limit; nothing of it kept but its first bytes (they tell the media type)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._pending = ""  # the last 1 to 4 characters before any padding, checked when the end is known
+        self._padding = 0  # the `=` at the end so far
+        self._size = 0
+        self.length = 0  # characters added
+        self.head = b""
+
+    def add(self, piece: str) -> None:
+        """Check all of `piece` but what may be the end.
+
+        Raises:
+            ImageRefused: malformed, or over the limit.
+        """
+        self.length += len(piece)
+        padding = piece.find("=") if not self._padding else 0
+        if padding >= 0:
+            if piece.count("=", padding) != len(piece) - padding:
+                raise ImageRefused(_MALFORMED)
+            self._padding += len(piece) - padding
+            piece = piece[:padding]
+        text = self._pending + piece
+        ready = max(0, (len(text) - 1) // 4 * 4)
+        self._pending = text[ready:]
+        if ready:
+            self._decoded(text[:ready])
+
+    def finish(self) -> tuple[int, str]:
+        """How many characters the last quantum takes before any padding, and that quantum as base64 writes it (its
+        unused bits zero, the padding it needs): so that the image's base64 is the usual one.
+
+        Raises:
+            ImageRefused: malformed, no bytes at all, or over the limit.
+        """
+        short = len(self._pending) % 4
+        if short == 1 or (short and self._padding != 4 - short) or (self._padding and not self.length - self._padding):
+            raise ImageRefused(_MALFORMED)
+        raw = self._decoded(self._pending + "=" * (4 - short if short else 0))
+        if not self._size:
+            raise ImageRefused("the data URL holds no image data")
+        return len(self._pending), binascii.b2a_base64(raw, newline=False).decode("ascii")
+
+    def _decoded(self, text: str) -> bytes:
+        try:
+            raw = binascii.a2b_base64(text, strict_mode=True)
+        except ValueError:  # binascii.Error, or a character that is not ASCII
+            raise ImageRefused(_MALFORMED) from None
+        self._size += len(raw)
+        if self._size > self._max_bytes:
+            raise ImageRefused(_too_large(self._max_bytes))
+        if len(self.head) < _SNIFFED:
+            self.head += raw[: _SNIFFED - len(self.head)]
+        return raw
+
+
+def _ending_in(pieces: list[str], cut: int, last: str) -> list[str]:
+    """`pieces` with their last `cut` characters replaced by `last`."""
+    while cut:
+        piece = pieces.pop()
+        if len(piece) > cut:
+            pieces.append(piece[:-cut])
+        cut = max(0, cut - len(piece))
+    pieces.append(last)
+    return pieces
+
+
+def _too_large(max_bytes: int) -> str:
+    return f"the data URL's image is larger than {max_bytes:,} bytes"
 
 
 def _encoded_length(size: int) -> int:
@@ -171,7 +302,11 @@ def _image_part(raw: bytes, declared: str, shown: str) -> ImagePart:
     """
     if not raw:
         raise ImageRefused(f"{shown} holds no image data")
-    sniffed = next((mime for signature, mime in _SIGNATURES if raw.startswith(signature)), None)
+    return ImagePart(data=base64.b64encode(raw).decode("ascii"), mime_type=_sniffed(raw) or declared)
+
+
+def _sniffed(raw: bytes) -> str | None:
+    """The media type the first bytes of an image say, if they say one (WebP too)."""
     if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
-        sniffed = "image/webp"
-    return ImagePart(data=base64.b64encode(raw).decode("ascii"), mime_type=sniffed or declared)
+        return "image/webp"
+    return next((mime for signature, mime in _SIGNATURES if raw.startswith(signature)), None)
