@@ -26,9 +26,9 @@ from meta_agent.cli.watchdog import EXIT_STALLED
 pytestmark = pytest.mark.anyio
 
 STALLING_SERVE = TESTS / "fixtures" / "stalling_serve.py"
-STALL_SECONDS = 1
+STALL_SECONDS = 3  # a server's start is no stall of 3 s even with every core of the machine busy
 WAIT_ANSWERING = 600  # polls of /health, 50 ms apart
-EXIT_WITHIN = 60.0  # the backstop fires 11 s after the stall; the rest is room for a loaded machine
+EXIT_WITHIN = 90.0  # the backstop fires 13 s after the stall; the rest is room for a loaded machine
 
 
 @contextmanager
@@ -150,7 +150,7 @@ async def test_a_process_paused_from_outside_is_no_stall(llm: FakeLLM, tmp_path:
         proc.send_signal(signal.SIGSTOP)
         await anyio.sleep(STALL_SECONDS * 3)  # the pause being tested, not a wait for something to happen
         proc.send_signal(signal.SIGCONT)
-        for _ in range(4):  # a few of the watcher's looks after the pause
+        for _ in range(2):  # a few of the watcher's looks after the pause
             async with Client(url) as client:
                 await client.list_tools()
             await anyio.sleep(STALL_SECONDS)
