@@ -17,6 +17,7 @@ import pytest
 from postgres_cluster import database_url, pg_cluster  # noqa: F401  (fixtures for every test module)
 
 from meta_agent.config import ServerEntry
+from meta_agent.core.tools import ToolHints, ToolSpec
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS / "fixtures"))  # fake_llm, fault_server
@@ -37,6 +38,22 @@ def fault_entry(*flags: str, **extra: Any) -> ServerEntry:
 
 # mcp-server-time is installed with the test extras; run it by module so no PATH shim is needed.
 TIME_COMMAND = {"command": sys.executable, "args": ["-m", "mcp_server_time"]}
+
+
+def tool_spec(schema: Mapping[str, Any]) -> ToolSpec:
+    """A child's tool `h.t` with `schema` as its input schema, for checks of arguments on their own."""
+    return ToolSpec(
+        name="h.t",
+        alias="h__t",
+        server="h",
+        tool="t",
+        description="",
+        input_schema=schema,
+        output_schema=None,
+        hints=ToolHints(),
+        trust="always",
+        trust_source="default",
+    )
 
 
 def time_entry(**extra: Any) -> ServerEntry:

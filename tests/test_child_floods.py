@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import math
 import os
 import sys
@@ -21,6 +20,7 @@ import anyio
 import psutil
 import pytest
 import structlog
+from captured_logs import logged_to
 from conftest import TESTS, http_serving
 
 from meta_agent.bounded_lines import EDGE, Overlong, lines_within
@@ -29,7 +29,6 @@ from meta_agent.children.stdout import LINE_LIMIT, answered_id
 from meta_agent.config import ServerEntry
 from meta_agent.errors import ChildProtocolError
 from meta_agent.records.log_repeats import SOURCE_BUDGET
-from meta_agent.records.logs import configure_logging
 
 pytestmark = pytest.mark.anyio
 
@@ -50,23 +49,6 @@ def flooding(*args: str, timeout: float = 60.0) -> ServerEntry:
 
 def text_of(result: Any) -> str:
     return "".join(block.text for block in result.content if block.type == "text")
-
-
-@contextmanager
-def logged_to(stream: io.StringIO) -> Iterator[None]:
-    """Log lines as `meta-agent serve` writes them, to `stream`, no logger cached; what was there before, after (the
-    handler closed, so every line held back is written)."""
-    root = logging.getLogger()
-    old, handlers, level = structlog.get_config(), root.handlers[:], root.level
-    configure_logging("info", stream=stream, json=True)
-    structlog.configure(cache_logger_on_first_use=False)  # a cached logger would keep this chain for later tests
-    try:
-        yield
-    finally:
-        for handler in root.handlers:
-            handler.close()
-        structlog.configure(**old)
-        root.handlers[:], root.level = handlers, level
 
 
 def events(text: str, event: str) -> list[dict[str, Any]]:

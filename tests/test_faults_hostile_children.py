@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import math
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anyio
 import psutil
 import pytest
-import structlog
+from captured_logs import logged_to
 from conftest import TESTS
 from fault_harness import WAIT, group, injecting, log_to_a_list  # noqa: F401  (this module's fixtures)
 from fault_tally import TALLY
@@ -32,7 +29,6 @@ from meta_agent.children.pool import ChildPool
 from meta_agent.config import ServerEntry
 from meta_agent.errors import ChildProtocolError
 from meta_agent.records.log_repeats import SOURCE_BUDGET
-from meta_agent.records.logs import configure_logging
 
 pytestmark = pytest.mark.anyio
 
@@ -45,23 +41,6 @@ HUGE_MB = 64
 MEMORY_BOUND = 60 * 2**20
 # A call whose answer was dropped must fail well before the child's timeout (60 s).
 FAST = 15.0
-
-
-@contextmanager
-def logged_to(stream: io.StringIO) -> Iterator[None]:
-    """Log lines as `meta-agent serve` writes them, to `stream`, no logger cached; what was there before, after (the
-    handler closed, so every line held back is written)."""
-    root = logging.getLogger()
-    old, handlers, level = structlog.get_config(), root.handlers[:], root.level
-    configure_logging("info", stream=stream, json=True)
-    structlog.configure(cache_logger_on_first_use=False)  # a cached logger would keep this chain for later tests
-    try:
-        yield
-    finally:
-        for handler in root.handlers:
-            handler.close()
-        structlog.configure(**old)
-        root.handlers[:], root.level = handlers, level
 
 
 def logged(stream: io.StringIO, event: str) -> tuple[int, int]:

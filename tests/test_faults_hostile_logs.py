@@ -16,12 +16,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import structlog
+from captured_logs import logged_to
 from conftest import free_port
 from fault_harness import group, injecting, log_to_a_list  # noqa: F401  (this module's fixtures)
 from fault_tally import TALLY
@@ -30,7 +29,6 @@ from webhook_receiver import Receiver
 from meta_agent.children.webhooks import Webhooks
 from meta_agent.config import parse_servers
 from meta_agent.errors import ChildError
-from meta_agent.records.logs import configure_logging
 
 pytestmark = pytest.mark.anyio
 
@@ -38,22 +36,6 @@ GROUPS = {"hostile_logs"}
 TALLY.expected_groups |= GROUPS
 BURST = 1000
 SECRETS = ("fp4th-7c1e2b9a", "fqu3ry-0d5f8e3c", "fh3ader-9a8b7c6d")
-
-
-@contextmanager
-def logged_to(stream: io.StringIO) -> Iterator[None]:
-    """Log lines as `meta-agent serve --log-level debug` writes them, to `stream`; what was there before, after (the
-    handler closed, so every line held back is written)."""
-    root = logging.getLogger()
-    old, handlers, level = structlog.get_config(), root.handlers[:], root.level
-    configure_logging("debug", stream=stream, json=True)
-    try:
-        yield
-    finally:
-        for handler in root.handlers:
-            handler.close()
-        structlog.configure(**old)
-        root.handlers[:], root.level = handlers, level
 
 
 def lines_of(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -80,7 +62,7 @@ async def floods() -> None:
     async with injecting("hostile_input", 2) as faults:
         stream = io.StringIO()
         started = time.monotonic()
-        with logged_to(stream):
+        with logged_to(stream, "debug"):
             for n in range(BURST):
                 logging.getLogger("asyncio").error("accept failed", exc_info=OSError(24, f"Too many open files {n}"))
                 structlog.get_logger("meta_agent.children.connect").info("child_stderr", server="noisy", line=f"{n}")
@@ -94,7 +76,7 @@ async def floods() -> None:
 async def one_line_each() -> None:
     async with injecting("hostile_input", 2) as faults:
         stream = io.StringIO()
-        with logged_to(stream):
+        with logged_to(stream, "debug"):
             try:
                 raise ValueError("first\nsecond\r\nthird")
             except ValueError:
@@ -117,7 +99,7 @@ async def webhook_secrets(hooks: Receiver) -> None:
     async with injecting("hostile_input", 3) as faults:
         stream = io.StringIO()
         told: list[str] = []
-        with logged_to(stream):
+        with logged_to(stream, "debug"):
             with pytest.raises(ChildError) as override:
                 await webhooks.call("post", {"token": "ATTACKER", "channel": "admins"})
             assert hooks.received == [] and "\n" not in str(override.value)

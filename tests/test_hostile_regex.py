@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from conftest import FAULT_SERVER, TESTS, ServerLog, free_port, openai_env
+from conftest import FAULT_SERVER, TESTS, ServerLog, free_port, openai_env, tool_spec
 from fake_llm import FakeLLM, openai_reply
 from fault_harness import requests_of, told, until
 from handle_llm import HandleLLM
@@ -34,7 +34,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from meta_agent.core.tool_call import ArgumentCheck
-from meta_agent.core.tools import ToolHints, ToolSpec
+from meta_agent.core.tools import ToolSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -241,18 +241,7 @@ def ended(proc: subprocess.Popen[str], bound: float) -> int | None:
 
 
 def spec(schema: dict[str, Any]) -> ToolSpec:
-    return ToolSpec(
-        name="h.t",
-        alias="h__t",
-        server="h",
-        tool="t",
-        description="",
-        input_schema=schema,
-        output_schema=None,
-        hints=ToolHints(),
-        trust="always",
-        trust_source="default",
-    )
+    return tool_spec(schema)
 
 
 def with_code(pattern: str) -> dict[str, Any]:

@@ -15,10 +15,11 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import tool_spec
 
 from meta_agent.core.patterns import CheckTooSlow
 from meta_agent.core.tool_call import ArgumentCheck
-from meta_agent.core.tools import ToolHints, ToolSpec
+from meta_agent.core.tools import ToolSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -26,18 +27,7 @@ TOO_SLOW = str(CheckTooSlow())
 
 
 def spec(schema: dict[str, Any]) -> ToolSpec:
-    return ToolSpec(
-        name="h.t",
-        alias="h__t",
-        server="h",
-        tool="t",
-        description="",
-        input_schema={"type": "object", **schema},
-        output_schema=None,
-        hints=ToolHints(),
-        trust="always",
-        trust_source="default",
-    )
+    return tool_spec({"type": "object", **schema})
 
 
 @contextmanager

@@ -14,13 +14,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
+from captured_logs import restored_logging
 from conftest import FAULT_SERVER, free_port, http_serving, openai_env
 from fake_llm import FakeLLM
 
@@ -171,19 +170,6 @@ def test_a_librarys_traceback_is_inside_one_json_line(level: str) -> None:
     assert by_event["log_line_unwritable"]["logger"] == "sqlalchemy.pool"
     if level == "debug":
         assert launch["exception"].startswith("Traceback (most recent call last):")
-
-
-@contextmanager
-def restored_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    old, handlers, level = structlog.get_config(), root.handlers[:], root.level
-    try:
-        yield
-    finally:
-        for handler in root.handlers:
-            handler.close()
-        structlog.configure(**old)
-        root.handlers[:], root.level = handlers, level
 
 
 def test_on_a_terminal_a_traceback_is_part_of_its_one_line() -> None:
