@@ -55,7 +55,8 @@ from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, pinned, wit
 from meta_agent.version import __version__
 
 if TYPE_CHECKING:
-    from meta_agent.records.durable import DurableRuns, RunSteps
+    from meta_agent.records.durable import DurableRuns
+    from meta_agent.records.durable_steps import RunSteps
 
 log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
@@ -368,7 +369,7 @@ class Engine:
             if stopping():  # a run handed to this process as it stops: left, as interrupted, for another replica
                 await anyio.sleep_forever()
             async with self.conversations.turn(existing, new_id=spec.conversation_id, waiting=waiting) as turn:
-                steps = None if self.durable is None else self.durable.steps(can_ask=spec.can_ask)
+                steps = None if self.durable is None else await self.durable.steps(can_ask=spec.can_ask)
                 return await self._run_turn(turn, spec, caller, steps)
 
     async def _run_turn(self, turn: Turn, spec: RunSpec, caller: Caller, steps: RunSteps | None) -> RunResult:
@@ -397,6 +398,7 @@ class Engine:
             history=history,
             run_id=spec.run_id,
             max_result_chars=self.settings.result_inline_chars,
+            elapsed=None if steps is None else steps.elapsed,
         )
         runner: ToolRunner = self.caller
         if caller.questions is not None:

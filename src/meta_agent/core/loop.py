@@ -9,7 +9,7 @@ server, approval, shaping results) is `tool_step`'s; the heartbeats of slow wait
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
 
@@ -74,6 +74,9 @@ class RunRequest:
     run_id: str = field(default_factory=lambda: str(ULID()))
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
     search: SearchPlan | None = None  # None: every tool's schema goes in every model request
+    # The run's clock: seconds of its time limit spent (a durable run's count from its first start, whichever process
+    # started it); None: since this call of `run`.
+    elapsed: Callable[[], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -325,11 +328,14 @@ class _Run:
         await self.emit(ev.Heartbeat(step=step, waiting_for=waiting_for, elapsed_s=elapsed))
 
     def _elapsed(self) -> float:
+        if self.request.elapsed is not None:
+            return self.request.elapsed()
         return anyio.current_time() - self.started
 
     def _deadline(self) -> float:
+        """The time limit's end on the event loop's clock."""
         limit = self.request.limits.time_limit
-        return float("inf") if limit is None else self.started + limit
+        return float("inf") if limit is None else anyio.current_time() + limit - self._elapsed()
 
     def _metrics(self) -> RunUsage:
         calls = [call for step in self.steps for call in step.tool_calls]

@@ -37,21 +37,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
 import structlog
 
 from meta_agent.core.events import Emit, Event, ModelTurnStarted, ToolCallStarted
-from meta_agent.core.messages import ModelRequest, ModelResponse, ToolCall
-from meta_agent.core.provider import Provider
-from meta_agent.core.tool_call import READ_RESULT, Approver, Asking, Verdict
-from meta_agent.core.tool_step import ToolRunner
-from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.errors import ConfigError, summary
+from meta_agent.records.database import Sql
 from meta_agent.records.durable_faults import Lost, RunLost, unwrapped, without_traceback
+from meta_agent.records.durable_steps import RunSteps
 from meta_agent.records.logs import route_through_ours
 from meta_agent.records.run_index import RunIndex, stopping
 from meta_agent.text import plural
@@ -61,10 +57,7 @@ T = TypeVar("T")
 # A run's body: its spec and its caller (None for a resumed run, which has none) to its result.
 Body = Callable[[Any, Any], Awaitable[Any]]
 WORKFLOW = "meta-agent run"
-NOBODY_TO_ASK = "not run: the run was resumed after its replica stopped, and nobody is left to ask for approval"
 MAX_RESUMES = 3  # hand-ons of a run after its replica stopped before it is given up (META_AGENT_MAX_RESUMES)
-# Tools whose calls are no steps: they read only the run's own state, which a replay rebuilds.
-REPLAYED = frozenset({FIND_TOOLS, READ_RESULT})
 # A look for runs to resume that failed (the database unreachable) is tried again this soon, at most: the replica's
 # /health says 503 until one goes through.
 RETRY_SECONDS = 1.0
@@ -204,9 +197,15 @@ class DurableRuns:
         finally:
             del self._resumed[task]
 
-    def steps(self, *, can_ask: bool) -> RunSteps:
-        """The steps of the run being run now (call within its body)."""
-        return RunSteps(can_ask=can_ask)
+    async def steps(self, *, can_ask: bool) -> RunSteps:
+        """The steps of the run being run now (call within its body). A resumed run's clock counts from its first
+        start, and replays its record as the time was then (RunSteps.elapsed): the run's DBOS record says when."""
+        task = asyncio.current_task()
+        run_id = self._resumed.get(task) if task is not None else None
+        if run_id is None:
+            return RunSteps(can_ask=can_ask)
+        started, ended = await anyio.to_thread.run_sync(self.index.database.run, _record_times, run_id)
+        return RunSteps(can_ask=can_ask, started=started, recorded=ended)
 
     async def _resume_lapsed(self) -> None:
         """Look for runs to resume every `check_every`; while the database cannot be reached, every RETRY_SECONDS
@@ -282,6 +281,21 @@ class DurableRuns:
         return note
 
 
+def _record_times(sql: Sql, run_id: str) -> tuple[float | None, list[float]]:
+    """When the run first started, and when each step of its record ended (seconds since the epoch), read from DBOS's
+    tables (`dbos.workflow_status`, `dbos.operation_outputs`, its documented system database) with our connection:
+    DBOS's own readers, called within a workflow, would be recorded as steps of it, which the first execution did not
+    have."""
+    created = sql.one("select created_at from dbos.workflow_status where workflow_uuid = ?", (run_id,))
+    rows = sql.all(
+        "select completed_at_epoch_ms from dbos.operation_outputs"
+        " where workflow_uuid = ? and completed_at_epoch_ms is not null",
+        (run_id,),
+    )
+    started = None if created is None or created[0] is None else created[0] / 1000
+    return started, [row[0] / 1000 for row in rows]
+
+
 async def _cancelled(run_id: str) -> None:
     from dbos import DBOS
 
@@ -289,156 +303,3 @@ async def _cancelled(run_id: str) -> None:
         await DBOS.cancel_workflow_async(run_id)
     except Exception as exc:  # its row says `done` (cancelled): no replica resumes it anyway
         log.warning("run_not_marked_cancelled", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
-
-
-class RunSteps:
-    """One durable run's steps: wrappers of its model(s), tool runner and approver whose calls are checkpointed."""
-
-    def __init__(self, *, can_ask: bool) -> None:
-        self.can_ask = can_ask  # the caller that started the run could be asked (a resumed run keeps that)
-        self._drawn: list[_Drawn] = []  # the latest model turn's calls, in its order, with their step numbers
-        self._in_tool_calls = 0  # tool steps under way: a model asked meanwhile is a tool's (describe_image)
-
-    async def once(self, name: str, work: Callable[..., Any], *args: Any) -> Any:
-        """`work(*args)` as a step: run once; a replay gets its outcome back."""
-        from dbos import DBOS
-
-        return await DBOS.run_step_async({"name": name}, work, *args)
-
-    def model(self, provider: Provider) -> Provider:
-        return _Model(provider, self)
-
-    def tools(self, runner: ToolRunner) -> ToolRunner:
-        return _Tools(runner, self)
-
-    def approver(self, approver: Approver | None) -> Approver | None:
-        """The run's approver; None where its caller could not be asked (then such calls are refused, as always)."""
-        return _Approvals(approver, self) if self.can_ask else None
-
-    def draw(self, calls: Sequence[ToolCall]) -> None:
-        """Draw the step numbers of a model turn's calls, in the order the model gave them."""
-        from dbos import DBOS
-
-        self._drawn = [_Drawn(call, DBOS.reserve_step(), DBOS.reserve_step()) for call in calls]
-
-    async def call_step(self, call_id: str, name: str, work: Callable[..., Awaitable[T]], *args: Any, **kw: Any) -> T:
-        from dbos import DBOS
-
-        drawn = next((d for d in self._drawn if d.call.id == call_id and d.step is not None), None)
-        self._in_tool_calls += 1
-        try:
-            if drawn is None:  # a call the latest model turn did not give (none does today): the next step number
-                return await DBOS.run_step_async({"name": name}, work, *args, **kw)  # type: ignore[call-overload,no-any-return]
-            step, drawn.step = drawn.step, None
-            return await step.run_async({"name": name}, work, *args, **kw)  # type: ignore[no-any-return]
-        finally:
-            self._in_tool_calls -= 1
-
-    @property
-    def in_tool_call(self) -> bool:
-        return self._in_tool_calls > 0
-
-    async def approval_step(self, spec: ToolSpec, arguments: Mapping[str, Any], decide: Callable[[], Any]) -> Verdict:
-        """The approval of the latest model turn's first call of `spec` with `arguments` whose approval is not drawn
-        yet (calls that alike are interchangeable)."""
-        for drawn in self._drawn:
-            call = drawn.call
-            if call.name == spec.alias and call.arguments == arguments and drawn.approval is not None:
-                approval, drawn.approval = drawn.approval, None
-                return await approval.run_async({"name": f"approval {spec.name}"}, decide)  # type: ignore[no-any-return]
-        return await self.once(f"approval {spec.name}", decide)  # type: ignore[no-any-return]
-
-
-@dataclass
-class _Drawn:
-    """A call of a model turn and the step numbers drawn for it (None once used): its approval's, its own."""
-
-    call: ToolCall
-    approval: Any
-    step: Any
-
-
-class _Model:
-    """A model whose every answer is a step; the answer's tool calls get their step numbers at once."""
-
-    def __init__(self, inner: Provider, steps: RunSteps) -> None:
-        self.inner = inner
-        self.steps = steps
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def accepts_images(self) -> bool:
-        return self.inner.accepts_images
-
-    async def aclose(self) -> None:  # the engine owns the model
-        return None
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        if self.steps.in_tool_call:  # a tool asking the run's model (describe_image): within that tool's step
-            return await self.inner.complete(request)
-        response: ModelResponse = await self.steps.once(f"model {self.inner.name}", self.inner.complete, request)
-        self.steps.draw(response.tool_calls)
-        return response
-
-
-class _Tools:
-    def __init__(self, inner: ToolRunner, steps: RunSteps) -> None:
-        self.inner = inner
-        self.steps = steps
-
-    async def call(
-        self,
-        spec: ToolSpec,
-        arguments: Mapping[str, Any],
-        on_progress: ProgressFn | None = None,
-        *,
-        context: RunContext,
-    ) -> ToolOutcome:
-        if spec.internal and spec.name in REPLAYED:
-            return await self.inner.call(spec, arguments, on_progress, context=context)
-        return await self.steps.call_step(
-            context.call_id, f"tool {spec.name}", self.inner.call, spec, arguments, on_progress, context=context
-        )
-
-
-class _Approvals:
-    """The decision on a call, whether remembered from earlier or asked, is one step: a replay gets the same one, on
-    any replica, with or without its caller, and reports no question (only a decision made now that asks the user
-    does). A tool the user allowed for the rest of the run stays allowed after a resume: the verdict that said so
-    is replayed too."""
-
-    def __init__(self, inner: Approver | None, steps: RunSteps) -> None:
-        self.inner = inner
-        self.steps = steps
-        self._for_run: set[str] = set()  # the tools allowed for the rest of the run, replayed or answered now
-
-    def remembered(self, spec: ToolSpec) -> str | None:
-        return None  # answered in `decide`, within its step
-
-    async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
-        return await self.decide(spec, arguments, _say_nothing)
-
-    async def decide(self, spec: ToolSpec, arguments: Mapping[str, Any], asking: Asking) -> Verdict:
-        inner, for_run = self.inner, self._for_run
-
-        async def decide_now() -> Verdict:
-            if spec.name in for_run:
-                return Verdict(True, "already allowed for the rest of this run")
-            if inner is None:
-                return Verdict(False, NOBODY_TO_ASK)
-            if (allowed_for := inner.remembered(spec)) is not None:
-                return Verdict(True, f"already allowed {allowed_for}")
-            await asking()
-            return await inner.ask(spec, arguments)
-
-        verdict = await self.steps.approval_step(spec, arguments, decide_now)
-        if verdict.for_run:
-            for_run.add(spec.name)
-        return verdict
-
-
-async def _say_nothing() -> None:
-    return None
