@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -168,7 +169,20 @@ def answered_or_told(result: t.CallToolResult, run_id: str) -> None:
 
 
 @pytest.mark.timeout(480)
-@pytest.mark.parametrize("seconds", [OUTAGE, LONG_OUTAGE])
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        OUTAGE,
+        # two to three minutes, more than CI's time allows beside the rest of the suite: run on demand
+        pytest.param(
+            LONG_OUTAGE,
+            marks=pytest.mark.skipif(
+                not os.environ.get("META_AGENT_LONG_TESTS"),
+                reason="the 60 s outage takes 2-3 minutes: run it with META_AGENT_LONG_TESTS=1",
+            ),
+        ),
+    ],
+)
 async def test_a_change_completed_during_an_outage_is_recorded_once_the_database_is_back_and_never_made_again(
     scene: Scene, seconds: float
 ) -> None:
