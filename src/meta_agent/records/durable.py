@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import anyio
 import structlog
 
-from meta_agent.core.events import Emit, Event, ModelTurnStarted, ToolCallStarted
+from meta_agent.core.events import Emit, Event, ToolCallStarted
 from meta_agent.errors import ConfigError, summary
 from meta_agent.records.database import Sql
 from meta_agent.records.durable_faults import Lost, RunLost, unwrapped, without_traceback
@@ -263,20 +263,20 @@ class DurableRuns:
             await DBOS.resume_workflow_async(run_id)
             log.info("run_handed_on", run_id=run_id, replica=replica, resumption=resumes)
             return
-        why = f"given up after {plural(self.max_resumes, 'resumption')}; it was in {doing or 'its first step'}"
+        where = doing or "a model turn, before any tool call"
+        why = f"given up after {plural(self.max_resumes, 'resumption')}; it was in {where}"
         await DBOS.cancel_workflow_async(run_id)  # DBOS never resumes it again
         await self.index.given_up(run_id, why)
         log.warning("run_given_up", run_id=run_id, why=why)
 
     def noting(self, run_id: str) -> Emit:
-        """A sink of the run's events that notes in the run index the step it is in, for `_hand_on` to say."""
+        """A sink of the run's events that notes in the run index the tool call it is in, for `_hand_on` to say. Tool
+        calls only: a note is a transaction, and a model turn, bounded by its own timeout, is not what takes a
+        replica down."""
 
         async def note(event: Event) -> None:
-            match event:
-                case ModelTurnStarted(step=step):
-                    await self.index.doing(run_id, f"step {step} (model)")
-                case ToolCallStarted(step=step, name=name):
-                    await self.index.doing(run_id, f"step {step} ({name})")
+            if isinstance(event, ToolCallStarted):
+                await self.index.doing(run_id, f"step {event.step} ({event.name})")
 
         return note
 
