@@ -242,8 +242,12 @@ class DurableRuns:
                     self._other_versions.add(run_id)
                     log.info("run_left", run_id=run_id, version=status.app_version)
                 return
-            # PENDING: `replica` ran it, or another replica took it from DBOS's queue and stopped before the run's
-            # first write named it here (that write comes first, and the row was marked for a whole span since)
+            # PENDING here: this replica took it from DBOS's queue and runs it, and the run's first write, which
+            # marks its row, has not come yet (a loaded machine, a short mark); only this process ends that execution
+            if status.status == "PENDING" and status.executor_id == self.replica:
+                return
+            # PENDING elsewhere: `replica` ran it, or another replica took it from DBOS's queue and stopped before the
+            # run's first write named it here (that write comes first, and the row was marked for a whole span since)
             if status.status == "PENDING":
                 await self._hand_on(run_id, status.executor_id)
             # ENQUEUED: DBOS gives it to a replica; ended: its row was left behind, its record says how it ended
