@@ -1,4 +1,4 @@
-"""Durable runs on PostgreSQL (records/durable.py, design.md §7): real `meta-agent serve --transport http` replicas on
+"""Durable runs on PostgreSQL (records/durable.py; README, Replicas on PostgreSQL): real `meta-agent serve --transport http` replicas on
 one database, one SIGKILLed in the middle of a run; the other finishes the run from its last completed step, a call
 that changed things before the kill is not made again, and the result is read from any replica."""
 

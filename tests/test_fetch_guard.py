@@ -1,4 +1,4 @@
-"""No fetch reaches inward, and a data URL is sized before it is read (design.md §8).
+"""No fetch reaches inward, and a data URL is sized before it is read (README, MCP tools: describe_image).
 
 describe_image's URLs, image_gen's image URLs and every redirect they follow connect only to global addresses, or to
 networks META_AGENT_FETCH_ALLOW_NETWORKS allows, whatever the spelling of the address. Real listeners on loopback count

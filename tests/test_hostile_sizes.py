@@ -1,4 +1,4 @@
-"""A long data URL under the size cap is read beside other work, in memory bounded by the image it holds (design.md §8).
+"""A long data URL under the size cap is read beside other work, in memory bounded by the image it holds.
 
 The cap refuses a data URL whose payload is longer than the base64 of 20 MB (with room for line breaks) unread. Under
 it, a payload of 29 million characters can still be mostly white space or percent-escaped line breaks: it is read in a

@@ -1,5 +1,5 @@
 """The HTTP front is not held by connections that never finish a request, nor spun by a process out of descriptors
-(design.md §8), against a real `meta-agent serve --transport http` under a low `ulimit -n`.
+(README, Commands: `serve --transport http`), against a real `meta-agent serve --transport http` under a low `ulimit -n`.
 
 Half-sent requests: more connections than the process may open files, each sending part of a request's head and
 then nothing. Out of descriptors: the server's limit lowered to just above what it holds, then connections beyond

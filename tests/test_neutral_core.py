@@ -1,4 +1,4 @@
-"""The neutral core sees no MCP and no vendor SDK (design.md §1): each of its modules, imported alone in a fresh
+"""The neutral core sees no MCP and no vendor SDK (README, Layout): each of its modules, imported alone in a fresh
 interpreter, loads none of them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A poisoned durable run (records/durable.py, design.md §7): a step that stalls whichever replica runs it takes each
+"""A poisoned durable run (records/durable.py): a step that stalls whichever replica runs it takes each
 replica down in turn (the watchdog ends it with status 70, its supervisor starts it again); after
 META_AGENT_MAX_RESUMES hand-ons the run is given up for good, says where it was, and the replicas serve again."""
 

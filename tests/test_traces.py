@@ -211,7 +211,7 @@ async def test_runs_lists_and_tells_a_run(tmp_path: Path, llm: FakeLLM) -> None:
     assert missing.returncode == 2 and missing.stderr.startswith("meta-agent: runs: no trace of run")
 
 
-MAX_VALUE_BYTES = 1_000_000  # design.md §8
+MAX_VALUE_BYTES = 1_000_000  # the README's 1 MB (Traces, logs and metrics)
 
 
 def strings_in(value: Any) -> Iterator[str]:

@@ -1,8 +1,8 @@
 """Which addresses a fetch the model asks for may reach: global unicast ones, and those in the networks
-META_AGENT_FETCH_ALLOW_NETWORKS allows (design.md §8). Everything else is inside a network — this machine, a private
-or link-local network (the cloud metadata address among them), a carrier's NAT — or no host at all, and is refused,
-in whatever IPv6 form it is written. Pure functions over the standard `ipaddress` module, so the settings check them
-at start.
+META_AGENT_FETCH_ALLOW_NETWORKS allows (README, MCP tools: describe_image). Everything else is inside a network — this
+machine, a private or link-local network (the cloud metadata address among them), a carrier's NAT — or no host at all,
+and is refused, in whatever IPv6 form it is written. Pure functions over the standard `ipaddress` module, so the
+settings check them at start.
 """
 
 from __future__ import annotations

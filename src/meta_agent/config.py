@@ -1,7 +1,7 @@
 """`servers.json` and the `META_AGENT_*` settings.
 
 `servers.json` is the `mcpServers` map that Claude Desktop and Cursor use, plus optional policy keys per server
-(design.md §2.2), and a `webhooks` map beside it: each entry an HTTP endpoint offered as the tool `webhooks.NAME`.
+(README, servers.json), and a `webhooks` map beside it: each entry an HTTP endpoint offered as the tool `webhooks.NAME`.
 Every problem is a `ConfigError` whose text is one line: the file, the JSON path, the problem.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,11 @@ SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 # A glob over tool names: the characters of a tool name plus fnmatch's wildcards.
 GLOB = re.compile(r"[A-Za-z0-9._*?\[\]!/-]+")
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+# `${META_AGENT_PYTHON}` is the Python that runs meta-agent (sys.executable), whatever the environment says. A host
+# (Claude Desktop, Cursor, VS Code) starts us with its own PATH, where `python3` is some other Python that lacks the
+# child's package; this names ours in the `${...}` spelling servers.json already has, where rewriting a bare
+# `python3` would be magic that a reader of the file cannot see.
+OWN_PYTHON = "META_AGENT_PYTHON"
 
 DEFAULT_TIMEOUT = 60.0
 # An HTTP header's name (a token, RFC 9110) and a value httpx can send as it is.
@@ -243,7 +249,7 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
 
 
 class ServersFile(_Strict):
-    """The whole file: the servers and the webhooks (design.md §2.2)."""
+    """The whole file: the servers and the webhooks (README, servers.json)."""
 
     mcpServers: dict[str, ServerEntry]
     webhooks: dict[str, WebhookEntry] = Field(default_factory=dict)
@@ -275,7 +281,9 @@ def load_servers(path: Path, environ: Mapping[str, str]) -> Servers:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file (pass --config PATH or set META_AGENT_CONFIG)") from None
+        # A host starts us in a directory of its choosing: say which one a relative path was looked for in.
+        where = "" if path.is_absolute() else f" in the working directory {Path.cwd()}"
+        raise ConfigError(f"{path}: no such file{where} (pass --config PATH or set META_AGENT_CONFIG)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     return parse_servers(text, str(path), environ)
@@ -367,7 +375,8 @@ def _expand_raw(entry: dict[str, Any], where: str, environ: Mapping[str, str]) -
 
 
 def expand(value: str, where: str, environ: Mapping[str, str]) -> str:
-    """Replace `${VAR}` and `${VAR:-default}` in `value` from `environ`.
+    """Replace `${VAR}` and `${VAR:-default}` in `value` from `environ`, and `${META_AGENT_PYTHON}` by the Python
+    that runs meta-agent.
 
     Raises:
         ConfigError: a variable is unset and has no default, or a `${` is malformed.
@@ -375,6 +384,10 @@ def expand(value: str, where: str, environ: Mapping[str, str]) -> str:
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match["name"], match["default"]
+        if name == OWN_PYTHON:
+            if not sys.executable:
+                raise ConfigError(f"{where}: ${{{OWN_PYTHON}}}: this Python does not know its own path; write it out")
+            return sys.executable
         if name in environ:
             return environ[name]
         if default is not None:
@@ -399,7 +412,7 @@ def _known_keys(parent: Sequence[int | str]) -> list[str]:
 
 
 class Settings(BaseSettings):
-    """`META_AGENT_*` settings (design.md §2.3)."""
+    """`META_AGENT_*` settings (README, Settings)."""
 
     model_config = SettingsConfigDict(env_prefix="META_AGENT_", extra="ignore")
 

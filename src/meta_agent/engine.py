@@ -33,7 +33,7 @@ from meta_agent.core.events import Emit, Event
 from meta_agent.core.limits import DEFAULT_PLAN_STEPS, Limits
 from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.provider import Provider
-from meta_agent.core.result import Mode, RunResult
+from meta_agent.core.result import Mode, RunResult, UnavailableServer, unavailable_line
 from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tool_search import SearchPlan, search_on
 from meta_agent.core.tool_step import ToolRunner
@@ -260,8 +260,8 @@ class Engine:
         return self._toolbox
 
     def _read_trust_file(self, *, starting: bool = False) -> None:
-        """Read the trust file again if it changed. One that cannot be read fails closed (design.md §4): the levels
-        last read may still lower a tool's trust, never raise it, until it is fixed."""
+        """Read the trust file again if it changed. One that cannot be read fails closed (README, Trust and approval):
+        the levels last read may still lower a tool's trust, never raise it, until it is fixed."""
         if self._trust_file is None:
             return
         stamp = _stamp(self._trust_file)
@@ -380,8 +380,11 @@ class Engine:
         history = turn.history if steps is None else await steps.once("history", _same, turn.history)
         moved_on = history != turn.history  # resumed after another turn of its conversation was saved: not saved
         provider, *fallbacks = await self._models(caller.sampling)
-        # Only the children this run can use: a child still starting would be missing from its tools.
-        await self.pool.wait_settled(self._children_needed(patterns, mode))
+        # Only the children this run can use: a child still starting would be missing from its tools. Those not
+        # ready once the wait is over are left out, and the run says so (its first event, its result).
+        needed = self._children_needed(patterns, mode)
+        await self.pool.wait_settled(needed)
+        unavailable = self._unavailable(needed)
         tools = tuple(self.select(patterns, mode))
         search = None
         if search_on(self.settings.tool_search, mode, len(tools)):  # find_tools first, the pinned tools beside it
@@ -399,6 +402,7 @@ class Engine:
             run_id=spec.run_id,
             max_result_chars=self.settings.result_inline_chars,
             elapsed=None if steps is None else steps.elapsed,
+            unavailable_servers=unavailable,
         )
         runner: ToolRunner = self.caller
         if caller.questions is not None:
@@ -417,7 +421,9 @@ class Engine:
                 await sink(event)
 
         with structlog.contextvars.bound_contextvars(run_id=request.run_id):
-            log.info("run_started", mode=mode, model=provider.name, tools=len(request.tools))
+            # the servers it goes without, also in the server's log (the progress and the live view say them too)
+            not_ready = {"not_ready": unavailable_line(unavailable)} if unavailable else {}
+            log.info("run_started", mode=mode, model=provider.name, tools=len(request.tools), **not_ready)
             try:
                 result = await run(
                     request,
@@ -510,6 +516,17 @@ class Engine:
             if not child.entry.disabled
             and (patterns is None or any(may_name_server(pattern, child.name) for pattern in patterns))
         ]
+
+    def _unavailable(self, names: list[str]) -> tuple[UnavailableServer, ...]:
+        """The children of `names` that are not ready (after the run's wait for them), each with why in one line. A
+        child still starting once that wait is over is one too: its tools are not in the run."""
+        children = {child.name: child for child in self.pool}  # a reload meanwhile may have removed one
+        statuses = [children[name].status for name in names if name in children]
+        return tuple(
+            UnavailableServer(server=status.name, status=status.state, reason=_why_not_ready(status))
+            for status in statuses
+            if status.state in ("failed", "restarting", "starting")
+        )
 
     async def _models(self, sampling: Provider | None) -> tuple[Provider, ...]:
         """The run's model, then the rest of its fallback chain. The host's model where it is asked for (`sampling`
@@ -614,6 +631,13 @@ async def _settled_stamp(path: Path) -> tuple[int, ...] | None:
         if again == stamp:
             return stamp
         stamp = again
+
+
+def _why_not_ready(status: ChildStatus) -> str:
+    """Why a child is not ready, in one line, as `meta-agent check` says it."""
+    if status.state == "starting":
+        return "still starting when the run began"
+    return one_line(status.error or f"the server is {status.state}")
 
 
 def _not_ready(status: ChildStatus) -> str:

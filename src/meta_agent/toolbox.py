@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, assert_never
+from typing import Any
 
 import mcp.types as t
 
 from meta_agent.children.questions import Questions
+from meta_agent.children.results import outcome_of
 from meta_agent.children.supervisor import ChildServer
 from meta_agent.children.webhooks import Webhooks
 from meta_agent.config import check_glob
-from meta_agent.core.messages import ImagePart, Part, TextPart
+from meta_agent.core.messages import TextPart
 from meta_agent.core.policy import TrustLevel, stricter, trust_level, visible
 from meta_agent.core.result import Mode
 from meta_agent.core.tools import (
@@ -363,49 +363,3 @@ class ToolCaller:
             raise ChildUnavailable(spec.server, "the server was removed from the configuration")
         result = await child.call(spec.tool, arguments, on_progress=on_progress, questions=self._questions)
         return outcome_of(result)
-
-
-def outcome_of(result: t.CallToolResult) -> ToolOutcome:
-    """An MCP tool result as transcript parts: text and images as they are, everything else described in text."""
-    parts: list[Part] = [_part(block) for block in result.content]
-    structured = result.structured_content
-    if structured is not None and not any(_same_json(p, structured) for p in parts):
-        parts.append(TextPart(text=f"structured content: {json.dumps(structured)}"))
-    return ToolOutcome(parts=tuple(parts) or (TextPart(text="(no output)"),), is_error=bool(result.is_error))
-
-
-def _part(block: t.ContentBlock) -> Part:
-    if isinstance(block, t.TextContent):
-        return TextPart(text=block.text)
-    if isinstance(block, t.ImageContent):
-        return ImagePart(data=block.data, mime_type=block.mime_type)
-    if isinstance(block, t.AudioContent):
-        return TextPart(text=f"[audio: {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]")
-    if isinstance(block, t.ResourceLink):
-        about = ", ".join(filter(None, (block.mime_type, block.description)))
-        return TextPart(text=f"[resource link: {block.name} <{block.uri}>{f' ({about})' if about else ''}]")
-    if isinstance(block, t.EmbeddedResource):
-        resource = block.resource
-        if isinstance(resource, t.TextResourceContents):
-            return TextPart(text=f"[resource <{resource.uri}>]\n{resource.text}")
-        size = len(resource.blob) * 3 // 4
-        return TextPart(text=f"[resource <{resource.uri}>: {resource.mime_type or 'binary'}, {size} bytes, not shown]")
-    assert_never(block)  # the SDK parses a child's content into one of the types above, or fails the call
-
-
-def _same_json(part: Part, value: Any) -> bool:
-    """Whether a text part already says what the structured content says (so it need not be repeated).
-
-    MCP servers wrap a scalar result as `{"result": value}` in structured content and put the value in text.
-    """
-    if not isinstance(part, TextPart):
-        return False
-    candidates = [value]
-    if isinstance(value, dict) and list(value) == ["result"]:
-        candidates.append(value["result"])
-        if part.text == str(value["result"]):
-            return True
-    try:
-        return json.loads(part.text) in candidates
-    except ValueError:
-        return False

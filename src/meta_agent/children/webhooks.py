@@ -1,4 +1,4 @@
-"""The webhooks of servers.json as tools (design.md §2.2): each entry is the tool `webhooks.NAME`, which sends its
+"""The webhooks of servers.json as tools (README, Webhooks): each entry is the tool `webhooks.NAME`, which sends its
 validated arguments to the entry's URL (as a JSON body, or as query parameters with GET) and returns the answer.
 
 `Webhooks` is shaped like a child server for the toolbox: a name, MCP tool definitions, and `call`, which returns an

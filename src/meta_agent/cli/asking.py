@@ -1,5 +1,6 @@
-"""Approval for `meta-agent run` (design.md §4): the tools `--allow` matches run without asking; on a terminal the
-person is asked about each other `ask`-level call, y/n/t, one question at a time; elsewhere nobody is asked.
+"""Approval for `meta-agent run` (README, Trust and approval): the tools `--allow` matches run without asking; on a
+terminal the person is asked about each other `ask`-level call, y/n/t, one question at a time; elsewhere nobody is
+asked.
 
 The answer is read without blocking the event loop, so a Ctrl-C (cli/main.py cancels the command) ends the wait at
 once. On POSIX the loop waits until stdin is readable; Windows has no such wait for a console, so a worker thread

@@ -23,9 +23,9 @@ from typing import Any, NoReturn
 
 import anyio
 
-from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fail, note
+from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fail, guard_standard_streams, note
 from meta_agent.config import DEFAULT_START_TIMEOUT, load_servers, load_settings
-from meta_agent.errors import ConfigError
+from meta_agent.errors import ConfigError, ModelNotConfigured
 from meta_agent.records import trustfile
 from meta_agent.records.logs import configure_logging
 from meta_agent.records.trustfile import TRUST_LEVELS, trust_path
@@ -66,7 +66,7 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The command line (design.md §2.1). Longer than ~60 lines on purpose: one declarative table of every command
+    """The command line (README, Commands). Longer than ~60 lines on purpose: one declarative table of every command
     and option reads better whole than cut into pieces."""
     common = _Parser(add_help=False)
     # SUPPRESS: an option given before the command is not reset by the command's own parser.
@@ -94,7 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", parents=[common], help="run one task in-process; the answer goes to stdout")
     run.add_argument("task")
     run.add_argument("--mode", choices=["ask", "plan", "agent"], default="agent")
-    run.add_argument("--tools", nargs="+", metavar="PATTERN", help="glob patterns over tool names")
+    # One value per option, given again for more: `nargs="+"` would take the task after it as a pattern.
+    run.add_argument(
+        "--tools", action="append", metavar="PATTERN", help="offer only the tools this glob matches (repeatable)"
+    )
     run.add_argument("--max-steps", type=_positive, metavar="N")
     run.add_argument(
         "--allow",
@@ -158,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from meta_agent.records.database import check
 
             check(settings.database_url)
-    except ConfigError as exc:
+        if args.command in ("serve", "run"):  # and model settings that cannot work, before any child starts
+            _check_model(settings.model, serving=args.command == "serve")
+    except (ConfigError, ModelNotConfigured) as exc:
         return fail(str(exc), EXIT_USAGE)
     default_level = "info" if args.command == "serve" else "warning"
     configure_logging(getattr(args, "log_level", None) or settings.log_level or default_level)
@@ -170,8 +175,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SIGNALLED + signal.SIGINT
 
 
+def _check_model(model: str | None, *, serving: bool) -> None:
+    """Say now, before any child starts, what makes every run fail for want of a model: a malformed META_AGENT_MODEL,
+    a missing API key, `sampling` for `run`; and for `run`, no model set where none can be found (serve's host may
+    lend its own through sampling, so a serve without one is asked at each call).
+
+    Raises:
+        ModelNotConfigured: saying what to set.
+    """
+    from meta_agent.providers import check_model_setting, default_model
+
+    check_model_setting(model, os.environ, can_sample=serving)
+    if not serving and not (model or "").strip():
+        anyio.run(default_model, os.environ)  # the run would look the same way: a key set, or Ollama answering
+
+
 def entry() -> NoReturn:
-    """The `meta-agent` console script and `python -m meta_agent`: `main`, then `exit_now` with its code."""
+    """The `meta-agent` console script and `python -m meta_agent`: `main`, then `exit_now` with its code. A reader of
+    stdout or stderr that goes away costs only what it would have read (terminal.guard_standard_streams)."""
+    guard_standard_streams()
     exit_now(main())
 
 

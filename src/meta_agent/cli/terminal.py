@@ -6,11 +6,12 @@ Colour only on a terminal (and never with NO_COLOR set); plain text when piped.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from meta_agent.core import events as ev
 from meta_agent.core.event_lines import describe
@@ -30,6 +31,63 @@ EXIT_SIGNALLED = 128  # plus the signal number
 
 Paint = Callable[[str, str], str]
 _COLOURS = {"green": "32", "red": "31", "yellow": "33", "dim": "2", "bold": "1"}
+
+
+# What a write raises once its reader has gone: a pipe's (EPIPE, as Python ignores SIGPIPE) or a socket's.
+_READER_GONE = (BrokenPipeError, ConnectionResetError)
+
+
+class _Guarded:
+    """A standard stream whose reader may go away (`meta-agent run 2>&1 | head -2`, a host that closes our stderr).
+    The first write or flush that finds it gone points its descriptor at /dev/null and drops what follows: a progress
+    line, a log line or the answer is not worth failing the work that writes it (a tool call, the run, its trace),
+    and the interpreter has nothing left to flush at exit ("Exception ignored ... BrokenPipeError")."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except _READER_GONE:
+                self._let_go()
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except _READER_GONE:
+                self._let_go()
+
+    def _let_go(self) -> None:
+        self.gone = True
+        with suppress(OSError, ValueError):  # a stream with no descriptor (io.UnsupportedOperation), or closed
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, self._stream.fileno())
+            finally:
+                os.close(null)
+        with suppress(OSError, ValueError):  # what its buffer still holds goes to /dev/null now
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def guard_standard_streams() -> None:
+    """From now on a write to stdout or stderr whose reader has gone is dropped quietly, and so is every later one to
+    that stream (see _Guarded). For the process's own streams: the console script calls it first."""
+    if sys.stdout is not None and not isinstance(sys.stdout, _Guarded):
+        sys.stdout = cast(TextIO, _Guarded(sys.stdout))
+    if sys.stderr is not None and not isinstance(sys.stderr, _Guarded):
+        sys.stderr = cast(TextIO, _Guarded(sys.stderr))
 
 
 def paint_for(out: TextIO) -> Paint:
@@ -131,6 +189,9 @@ class LiveView:
         if isinstance(event, ev.RunFinished | ev.RunFailed):
             self.result = event.result or self.result
             self._release()  # nothing is asked after the end
+        if isinstance(event, ev.RunStarted) and event.unavailable_servers:
+            self._started_short(event)
+            return
         line = describe(event)
         if line is None or isinstance(event, ev.ApprovalRequested):
             return
@@ -145,6 +206,13 @@ class LiveView:
             self._release()
         elif not isinstance(event, ev.Heartbeat):  # a beat would be stale by the time it could be shown
             self._held.append(text)
+
+    def _started_short(self, event: ev.RunStarted) -> None:
+        """The run's first line, then one line for each server it could have used that was not ready, with why."""
+        self._line(describe(dataclasses.replace(event, unavailable_servers=())))
+        for server in event.unavailable_servers:
+            told = f"not ready · {server.server} ({server.status}): {server.reason} · its tools are not in this run"
+            self._line(self._paint(told, "yellow"))
 
     @contextmanager
     def asking(self, name: str) -> Iterator[TextIO]:

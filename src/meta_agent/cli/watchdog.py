@@ -1,5 +1,5 @@
 """The stall watchdog of `meta-agent serve`: a process whose event loop has stopped turning leaves, so that its
-supervisor starts it again and, on PostgreSQL, another replica takes its runs (design.md §7).
+supervisor starts it again and, on PostgreSQL, another replica takes its runs (README, Replicas on PostgreSQL).
 
 The event loop marks each turn it takes (a task that wakes every TICK, a second). A thread looks at the mark; when the
 loop has not turned for `META_AGENT_STALL_SECONDS`, it logs one line (`event_loop_stalled`, with what each run was

@@ -7,20 +7,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from meta_agent.core import events as ev
+from meta_agent.core.result import UnavailableServer, unavailable_line
 from meta_agent.text import one_line, plural
 
 ARGUMENTS_SHOWN = 160
 TEXT_SHOWN = 160
+UNAVAILABLE_SHOWN = 600  # characters of the servers not ready and why, on a run's first line
 _DEEPEST = 8  # nesting shown in an arguments line: deeper values are "…"
 _SHORTEST_ITEM = 4  # what one more item of a list or map adds to an arguments line, at least (`, 1`)
 
 
 def describe(event: ev.Event) -> str | None:
-    """The event as one line (design.md §2.5), or None for events that say nothing new to a person."""
+    """The event as one line (README, MCP tools: progress), or None for events that say nothing new to a person."""
     match event:
         case ev.RunStarted(run_id=run_id, mode=mode, model=model, tools=tools, fallbacks=fallbacks):
             then = f" (then {', '.join(fallbacks)})" if fallbacks else ""
-            return f"start · run {run_id} · {mode} with {model}{then} · {plural(len(tools), 'tool')}"
+            line = f"start · run {run_id} · {mode} with {model}{then} · {plural(len(tools), 'tool')}"
+            return line + _not_ready(event.unavailable_servers)
         case ev.ModelSwitched(step=step, failed=failed, brief=brief, next=following):
             return f"step {step} · {failed} failed ({one_line(brief, TEXT_SHOWN)}); going on with {following}"
         case ev.ModelTurnStarted(step=step, final=final):
@@ -57,6 +60,13 @@ def describe(event: ev.Event) -> str | None:
         case ev.ModelResponded():
             return None
     return None
+
+
+def _not_ready(servers: tuple[UnavailableServer, ...]) -> str:
+    """What a run's first line adds for the servers it could have used that were not ready; nothing when all were."""
+    if not servers:
+        return ""
+    return f" · not ready, their tools left out: {one_line(unavailable_line(servers), UNAVAILABLE_SHOWN)}"
 
 
 def arguments_line(arguments: Mapping[str, Any], limit: int) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from meta_agent.core.messages import ModelRequest, ModelResponse, Part
-from meta_agent.core.result import Mode, RunResult, StopReason
+from meta_agent.core.result import Mode, RunResult, StopReason, UnavailableServer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +22,7 @@ class RunStarted:
     model: str
     tools: tuple[str, ...]
     fallbacks: tuple[str, ...] = ()  # the models that take over, in order, when the model fails
+    unavailable_servers: tuple[UnavailableServer, ...] = ()  # servers it could have used, not ready: not in `tools`
     kind: Literal["run_started"] = "run_started"
 
 

@@ -34,7 +34,7 @@ from meta_agent.core.messages import (
     UserMessage,
 )
 from meta_agent.core.provider import Provider
-from meta_agent.core.result import ErrorKind, Mode, RunResult, RunUsage, StepRecord, StopReason
+from meta_agent.core.result import ErrorKind, Mode, RunResult, RunUsage, StepRecord, StopReason, UnavailableServer
 from meta_agent.core.tool_call import Approver, bounded
 from meta_agent.core.tool_search import SearchingRunner, SearchPlan, ToolSearch
 from meta_agent.core.tool_step import ToolRunner, ToolStepRunner
@@ -77,6 +77,8 @@ class RunRequest:
     # The run's clock: seconds of its time limit spent (a durable run's count from its first start, whichever process
     # started it); None: since this call of `run`.
     elapsed: Callable[[], float] | None = None
+    # The servers whose tools the run could have used that were not ready: named at its start and in its result.
+    unavailable_servers: tuple[UnavailableServer, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class _Run:
                 model=self.provider.name,
                 fallbacks=tuple(provider.name for provider in self.chain[1:]),
                 tools=tuple(spec.name for spec in request.tools),
+                unavailable_servers=request.unavailable_servers,
             )
         )
         try:
@@ -366,4 +369,5 @@ class _Run:
             usage=self._metrics(),
             images=tuple(self.tool_steps.images),
             transcript=tuple(self.transcript),
+            unavailable_servers=self.request.unavailable_servers,
         )

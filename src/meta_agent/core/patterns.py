@@ -1,4 +1,4 @@
-"""Regexes from outside, matched so that none can hold the server (design.md §8): a model's `read_result` pattern,
+"""Regexes from outside, matched so that none can hold the server: a model's `read_result` pattern,
 and the `pattern` and `patternProperties` of a child's tool schema, which the model's arguments are checked against.
 
 Python's `re` matches in one C call that holds the interpreter's lock: a catastrophic pattern ("(a+)+$" on a long

@@ -1,4 +1,4 @@
-"""Which tools a mode shows, and each tool's trust level (design.md §3, §4). Pure functions, no I/O.
+"""Which tools a mode shows, and each tool's trust level (README, Trust and approval). Pure functions, no I/O.
 
 Trust levels: `never` (blocked), `ask` (the user is asked), `always`. A tool's level is the `trust` entry of its
 server that matches it most specifically, else the default from its annotations: read-only tools are `always`,
@@ -61,7 +61,7 @@ def decide(mode: Mode, level: TrustLevel) -> Decision:
     """What happens when the model calls a tool of `level` in `mode`.
 
     `never` is refused everywhere; `always` runs; `ask` asks the user, except in ask mode, where the only tools are
-    internal ones and nothing is asked (design.md §3).
+    internal ones and nothing is asked.
     """
     if level == "never":
         return "deny"

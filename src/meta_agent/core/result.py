@@ -1,5 +1,5 @@
 """A run's result, defined once: what the loop returns (`RunResult` and its records) and the structured result of
-`ask`, `plan` and `agent` (design.md §2.4) that hosts get.
+`ask`, `plan` and `agent` (README, MCP tools) that hosts get.
 
 The MCP front advertises the pydantic models below to hosts as the tools' output schema, and every result is dumped
 through them (`RunResult.to_json`: the tools' structured content, `meta-agent run --json`), so the schema and the JSON
@@ -21,6 +21,9 @@ StopReason = Literal["final", "max_steps", "token_budget", "deadline", "cancelle
 # What a run's error counts count: a tool call that failed ("tool": the tool said so, or failed to run), took too
 # long ("timeout"), was not allowed ("approval"), or was refused or cut by a limit ("limit"); and each limit reached.
 ErrorKind = Literal["tool", "timeout", "approval", "limit"]
+# How a server a run could have used was not ready when the run started: it failed to start (and is not retried, as in
+# `meta-agent run`), it is down and being retried (`restarting`), or it was still starting when the wait for it ended.
+NotReady = Literal["failed", "restarting", "starting"]
 
 
 # -- what the loop returns ---------------------------------------------------------------------------------------------
@@ -56,6 +59,25 @@ class RunUsage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UnavailableServer:
+    """A server whose tools a run could have used (its mode and `tools` patterns allow them), not ready when the run
+    started: its tools were not offered to the model."""
+
+    server: str
+    status: NotReady
+    reason: str  # one line, as `meta-agent check` says it ("command not found: ...")
+
+    def describe(self) -> str:
+        """E.g. `time (failed: No module named mcp_server_time)`."""
+        return f"{self.server} ({self.status}: {self.reason})"
+
+
+def unavailable_line(servers: tuple[UnavailableServer, ...]) -> str:
+    """The servers a run went without, in one line: `time (failed: ...); pg (restarting: ...)`."""
+    return "; ".join(server.describe() for server in servers)
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunResult:
     answer: str
     stop_reason: StopReason
@@ -66,10 +88,11 @@ class RunResult:
     conversation_id: str | None = None
     conversation_trimmed: int = 0  # oldest turns of the conversation dropped to keep it within bounds
     conversation_error: str | None = None  # why this turn is in no conversation (it could not be saved)
+    unavailable_servers: tuple[UnavailableServer, ...] = ()  # servers the run could have used that were not ready
     transcript: tuple[Message, ...] = field(default=(), repr=False)  # the whole conversation so far
 
     def to_json(self) -> dict[str, Any]:
-        """The structured result of design.md §2.4, as `RunOut` below dumps it."""
+        """The structured result (README, MCP tools), as `RunOut` below dumps it."""
         return RunOut.model_validate(self).model_dump()
 
 
@@ -115,8 +138,16 @@ class UsageOut(BaseModel):
     )
 
 
+class UnavailableServerOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    server: str
+    status: NotReady = Field(description="failed, restarting (down, being retried) or starting")
+    reason: str = Field(description="why, in one line, as `meta-agent check` says it")
+
+
 class RunOut(BaseModel):
-    """The structured result of `ask`, `plan` and `agent` (design.md §2.4)."""
+    """The structured result of `ask`, `plan` and `agent` (README, MCP tools)."""
 
     model_config = ConfigDict(from_attributes=True)  # read from the loop's RunResult
 
@@ -131,6 +162,12 @@ class RunOut(BaseModel):
         default=None,
         exclude_if=_empty,
         description="why this turn could not be saved in a conversation (conversation_id is then null)",
+    )
+    unavailable_servers: list[UnavailableServerOut] = Field(
+        default_factory=list,
+        exclude_if=_empty,
+        description="servers whose tools this run could have used that were not ready when it started (their tools "
+        "were not offered), each with why; absent when every one was ready",
     )
     steps: list[StepOut]
     usage: UsageOut

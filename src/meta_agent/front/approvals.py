@@ -1,5 +1,5 @@
-"""Asking the host's user whether a tool may run, in both protocol eras (design.md §4), and passing a child's own
-questions during a call on to that user.
+"""Asking the host's user whether a tool may run, in both protocol eras (README, Trust and approval), and passing a
+child's own questions during a call on to that user.
 
 - 2025-11-25 sessions with elicitation: a live `elicitation/create` in the middle of the run (`LiveApprover`).
   "Allow for this session" lasts as long as the MCP session. A child's questions go to the caller live too

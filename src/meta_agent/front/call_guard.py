@@ -1,5 +1,5 @@
 """What guards a host's call of one of our tools: its arguments, checked into one-line errors, and the host's
-connection, watched so that a call whose caller has gone away is cancelled (design.md §5).
+connection, watched so that a call whose caller has gone away is cancelled.
 
 On a 2025-11-25 HTTP session the SDK keeps running a call whose POST stream has closed (the spec lets a client
 resume such a stream; we keep no event store, so nothing can): the run, its children's calls and any approval wait

@@ -1,4 +1,4 @@
-"""A run of a 2026-07-28 caller, parked between the rounds of its call (design.md §4).
+"""A run of a 2026-07-28 caller, parked between the rounds of its call (README, Trust and approval).
 
 This era has no back-channel: to ask the caller anything, the tool call *returns* an input-required result carrying
 the question and a sealed request state, and the run waits, parked, until the caller retries with the answer, then

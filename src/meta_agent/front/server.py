@@ -227,7 +227,7 @@ def build_server(
 
 
 def _add_run_tools(server: MetaAgentServer) -> None:
-    """`ask`, `plan` and `agent`: each a run of the one loop (design.md §2.4)."""
+    """`ask`, `plan` and `agent`: each a run of the one loop (README, MCP tools)."""
 
     @server.tool(
         title="Ask the model",

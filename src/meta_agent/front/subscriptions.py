@@ -1,4 +1,4 @@
-"""Hosts that hear when the toolbox resource changes (design.md §2.4: a child starts, dies or changes its tools, the
+"""Hosts that hear when the toolbox resource changes (README, MCP tools: a child starts, dies or changes its tools, the
 trust file or servers.json changes), in the way each protocol era has:
 
 - 2025-11-25: a session's `resources/subscribe` to meta-agent://toolbox; each change is a

@@ -1,6 +1,6 @@
 """What our MCP tools return to a host: a run's answer with its structured result, and a tool error of one line.
 
-The structured result's shape is defined once, in meta_agent.core.result (design.md §2.4).
+The structured result's shape is defined once, in meta_agent.core.result (README, MCP tools).
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from typing import Annotated
 import mcp.types as t
 
 from meta_agent.core.messages import ImagePart, Part
-from meta_agent.core.result import RunOut, RunResult
+from meta_agent.core.result import RunOut, RunResult, unavailable_line
 
 NOT_REMEMBERED = "Not saved in a conversation (conversation_id is null): "  # leads conversation_error in the text
+# Leads the line naming the servers a run could have used that were not ready (unavailable_servers).
+NOT_READY = "Servers not ready, their tools left out of this run: "
 
 # What ask/plan/agent return: a result checked against RunOut, or (2026-07-28) a question for the user.
 RunAnswer = Annotated[t.CallToolResult, RunOut] | t.InputRequiredResult
@@ -24,6 +26,8 @@ def run_result(result: RunResult) -> t.CallToolResult:
     content.extend(content_block(image) for image in result.images)
     if result.conversation_error:  # the answer stands, but a caller must not believe the turn is remembered
         content.append(t.TextContent(type="text", text=f"{NOT_REMEMBERED}{result.conversation_error}"))
+    if result.unavailable_servers:  # the answer stands, made with fewer tools than the caller may think
+        content.append(t.TextContent(type="text", text=f"{NOT_READY}{unavailable_line(result.unavailable_servers)}"))
     return t.CallToolResult(content=content, structured_content=result.to_json())
 
 

@@ -1,5 +1,4 @@
-"""The internal tools: tools of meta-agent's own that the model can call (design.md §2.7), and which of them a
-configuration offers."""
+"""The internal tools: tools of meta-agent's own that the model can call, and which of them a configuration offers."""
 
 from __future__ import annotations
 

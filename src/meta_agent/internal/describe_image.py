@@ -1,4 +1,4 @@
-"""The `describe_image` internal tool: an image and a question in, a vision model's text out (design.md §2.7).
+"""The `describe_image` internal tool: an image and a question in, a vision model's text out (README, MCP tools).
 
 The image is an http(s) URL (fetched within a size cap and a time limit, redirects followed to http(s) only), a
 `data:image/...;base64,` URL, or a reference (`image-1`) to an image an earlier tool result of the run returned. The
@@ -204,7 +204,7 @@ def _scheme(text: str) -> str:
 
 
 def _referenced(ref: str, context: RunContext) -> ImagePart:
-    """The run's image of that reference. A result handle (design.md §2.7, `read_result`) is to resolve here too,
+    """The run's image of that reference. A result handle (`read_result`'s) is to resolve here too,
     once results are kept whole for the run: the image of the result it names.
 
     Raises:

@@ -1,5 +1,5 @@
 """The `find_tools` internal tool: a query in, the best matching tools of the run's selection out, one line each
-(design.md §2.7). The tools it finds join the model's schema from its next turn (core.tool_search.ToolSearch).
+(README, Tool search). The tools it finds join the model's schema from its next turn (core.tool_search.ToolSearch).
 
 It searches only the tools the run was given (its mode, the caller's `tools` patterns and trust already chose
 them), so it never names a tool the run could not call.

@@ -38,13 +38,13 @@ IMAGE_GEN = InternalTool(
         },
         "required": ["prompt"],
     },
-    # It changes nothing outside meta-agent, so it is read-only (design.md §4: internal read-only tools run
-    # without asking); it reaches an outside service, so it is open-world.
+    # It changes nothing outside meta-agent, so it is read-only (README, Trust and approval: read-only tools
+    # default to `always`); it reaches an outside service, so it is open-world.
     hints=ToolHints(title="Generate images", read_only_hint=True, destructive_hint=False, open_world_hint=True),
 )
 
 WHAT_TO_SET = "set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible server"
-# design.md names gpt-image-1, which the installed openai SDK marks as shut down; its named successor instead.
+# Not gpt-image-1, which the installed openai SDK marks as shut down: its named successor.
 DEFAULT_IMAGE_MODEL = "openai:gpt-image-2.5-flare"
 OPENAI_HOST = "api.openai.com"  # where the default image model lives
 _ANY_SIZE = re.compile(r"auto|[1-9][0-9]*x[1-9][0-9]*")

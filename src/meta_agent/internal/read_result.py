@@ -1,5 +1,5 @@
 """The `read_result` internal tool: a slice, or the matching lines, of a tool result the run kept whole because it
-was too long to give the model (design.md §2.7, META_AGENT_RESULT_INLINE_CHARS).
+was too long to give the model (README, Long tool results: handles and `read_result`; META_AGENT_RESULT_INLINE_CHARS).
 
 The run keeps such a result under a handle, `result-3@7K2QZD` (its number in the run, then the end of the run's id),
 and gives the model its head and that handle (core/tool_call.py). Handles last as long as their run: one of another

@@ -46,6 +46,7 @@ OLLAMA_PROBE_TIMEOUT = 0.5
 
 OpenAIApi = Literal["responses", "chat"]  # the wire formats of the OpenAI-compatible providers
 
+CANNOT_SAMPLE = "this caller cannot sample (it needs MCP sampling with tools over a 2025-11-25 session)"
 WHAT_TO_SET = (
     "set META_AGENT_MODEL (e.g. openai:gpt-5.5, anthropic:claude-sonnet-5-5, ollama:qwen3, gemini:gemini-2.5-flash)"
     " with its API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY), or run Ollama at OLLAMA_HOST"
@@ -87,6 +88,43 @@ def parse_chain(spec: str) -> list[str]:
     return members
 
 
+def check_model_setting(spec: str | None, environ: Mapping[str, str], *, can_sample: bool) -> None:
+    """Check META_AGENT_MODEL (`spec`) as far as it can be without a vendor SDK or the network, so that a command
+    says what is wrong before it starts anything: the models named, the API key of each, `sampling` where the caller
+    `can_sample` (a host can; `meta-agent run` cannot). A fallback chain fails only when none of its models can be
+    used here (the others are passed, as `Unusable`). No model set is not checked here: `default_model` looks.
+
+    Raises:
+        ModelNotConfigured: a malformed setting, or no model of it usable here, saying what to set.
+    """
+    spec = (spec or "").strip()
+    if not spec:
+        return
+    chain = parse_chain(spec)
+    problems = [problem for member in chain if (problem := setting_problem(member, environ, can_sample)) is not None]
+    if len(chain) == 1 and problems:
+        raise ModelNotConfigured(problems[0])
+    if len(problems) == len(chain):
+        each = "; ".join(problem.removeprefix("META_AGENT_MODEL=") for problem in problems)
+        raise ModelNotConfigured(f"META_AGENT_MODEL={spec!r}: no model of the chain can be used here: {each}")
+
+
+def setting_problem(spec: str, environ: Mapping[str, str], can_sample: bool = True) -> str | None:
+    """Why the one model `spec` (already parsed) cannot be made here, in one line naming what to set; None if it can.
+    What `make_provider` and the providers' constructors refuse, said without importing a vendor SDK."""
+    provider, model = parse_model(spec)
+    named = f"META_AGENT_MODEL={provider}:{model}"
+    if provider == "sampling":
+        return None if can_sample else f"META_AGENT_MODEL=sampling: {CANNOT_SAMPLE}; {WHAT_TO_SET}"
+    if provider == "anthropic" and not environ.get("ANTHROPIC_API_KEY"):
+        return f"{named}: set ANTHROPIC_API_KEY"
+    if provider == "gemini" and not environ.get("GEMINI_API_KEY"):
+        return f"{named}: set GEMINI_API_KEY"
+    if provider == "openai" and not environ.get("OPENAI_API_KEY") and not environ.get("OPENAI_BASE_URL"):
+        return f"{named}: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)"
+    return None
+
+
 def make_provider(
     spec: str,
     environ: Mapping[str, str],
@@ -106,11 +144,11 @@ def make_provider(
     provider, model = parse_model(spec)
     if provider == "sampling":
         if sampling is None:
-            raise ModelNotConfigured(
-                "META_AGENT_MODEL=sampling: this caller cannot sample (it needs MCP sampling with tools over a "
-                f"2025-11-25 session); {WHAT_TO_SET}"
-            )
+            raise ModelNotConfigured(f"META_AGENT_MODEL=sampling: {CANNOT_SAMPLE}; {WHAT_TO_SET}")
         return sampling
+    problem = setting_problem(spec, environ)
+    if problem is not None:  # said before a vendor SDK is imported (half a second)
+        raise ModelNotConfigured(problem)
     if provider == "anthropic":
         from meta_agent.providers.anthropic import AnthropicProvider
 
@@ -133,10 +171,10 @@ def make_provider(
         base_url = f"{_with_scheme(host)}/v1"
         return make(model, label="ollama", base_url=base_url, api_key="ollama", timeout=timeout, aiohttp=aiohttp)
     if provider == "gemini":
-        key = environ.get("GEMINI_API_KEY")
-        if not key:
-            raise ModelNotConfigured(f"META_AGENT_MODEL={spec}: set GEMINI_API_KEY")
-        return make(model, label="gemini", base_url=GEMINI_BASE_URL, api_key=key, timeout=timeout, aiohttp=aiohttp)
+        gemini_key = environ["GEMINI_API_KEY"]  # there is one: `setting_problem` said so
+        return make(
+            model, label="gemini", base_url=GEMINI_BASE_URL, api_key=gemini_key, timeout=timeout, aiohttp=aiohttp
+        )
     key = environ.get("OPENAI_API_KEY") or None
     return make(model, base_url=base_url, api_key=key, timeout=timeout, aiohttp=aiohttp)
 
@@ -195,16 +233,27 @@ async def resolve_provider(
         return await made_provider(spec, environ, sampling=sampling, **options)
     if sampling is not None:
         return sampling
+    return await made_provider(await default_model(environ), environ, **options)
+
+
+async def default_model(environ: Mapping[str, str]) -> str:
+    """The model a run uses where META_AGENT_MODEL is not set (and the caller cannot sample): the default model of
+    the first provider whose API key is set; else the first model of an Ollama that answers at OLLAMA_HOST (a look of
+    OLLAMA_PROBE_TIMEOUT at most).
+
+    Raises:
+        ModelNotConfigured: nothing usable, with exactly what to set.
+    """
     for provider, key in (
         ("openai", "OPENAI_API_KEY"),
         ("anthropic", "ANTHROPIC_API_KEY"),
         ("gemini", "GEMINI_API_KEY"),
     ):
         if environ.get(key):
-            return await made_provider(f"{provider}:{DEFAULT_MODELS[provider]}", environ, **options)
+            return f"{provider}:{DEFAULT_MODELS[provider]}"
     model = await _ollama_model(environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
     if model is not None:
-        return await made_provider(f"ollama:{model}", environ, **options)
+        return f"ollama:{model}"
     raise ModelNotConfigured(f"no model is configured: {WHAT_TO_SET}")
 
 

@@ -8,7 +8,7 @@ turn of it waits meanwhile, then starts from the transcript that one saved. In o
 processes sharing the database it is a lease in the conversation's row (`holder`, `held_until`), taken by a
 conditional update, renewed while the turn runs and checked when it saves, so a process that dies holding one frees
 it within `LEASE_SECONDS`. The same conditional updates work on PostgreSQL, where replicas share conversations
-(design.md §7).
+(README, Replicas on PostgreSQL).
 
 What is stored of a transcript, and how it is trimmed and read back, is in meta_agent.records.transcripts.
 """

@@ -1,6 +1,6 @@
 """The database of meta-agent's shared state: embedded SQLite by default, PostgreSQL when `META_AGENT_DATABASE_URL`
-names one (design.md §7), behind one small seam, `Database.run(work, *args)`: `work(sql, *args)` in one transaction
-on a worker thread, so the event loop never waits on the database. Statements are written once, with `?`
+names one (README, Replicas on PostgreSQL), behind one small seam, `Database.run(work, *args)`: `work(sql, *args)` in
+one transaction on a worker thread, so the event loop never waits on the database. Statements are written once, with `?`
 placeholders, for both.
 
 The schema is a numbered list of migrations (`MIGRATIONS`); the version reached is the one row of `meta_agent_schema`,

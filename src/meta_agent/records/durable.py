@@ -1,6 +1,6 @@
-"""Durable runs (design.md §7): with a PostgreSQL database every run is a DBOS workflow, and each model turn, tool
-call and approval of it a checkpointed step, so a run whose replica dies is finished by a surviving (or the
-restarted) replica from its last completed step, and a tool call that completed never runs again.
+"""Durable runs (README, Replicas on PostgreSQL): with a PostgreSQL database every run is a DBOS workflow, and each
+model turn, tool call and approval of it a checkpointed step, so a run whose replica dies is finished by a surviving
+(or the restarted) replica from its last completed step, and a tool call that completed never runs again.
 
 DBOS (the `dbos` library) keeps workflows and their steps in tables of the database the replicas already share
 (schema `dbos`, which DBOS migrates itself); it needs no server of its own. The loop knows nothing of it: a run's

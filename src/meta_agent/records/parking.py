@@ -1,4 +1,4 @@
-"""The rounds of parked runs, shared by the replicas of one PostgreSQL database (design.md §4, §7).
+"""The rounds of parked runs, shared by the replicas of one PostgreSQL database (README, Replicas on PostgreSQL).
 
 A 2026-07-28 caller's run that stops to ask runs on the replica that started it, but the caller's retry carrying
 the answer may reach any replica. So with PostgreSQL every parked run has a row: its latest outcome (the round asking

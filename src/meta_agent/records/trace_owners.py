@@ -1,4 +1,4 @@
-"""Which traces a live process is still writing, told without holding any trace open (design.md §8: a parked run
+"""Which traces a live process is still writing, told without holding any trace open (README, Traces: a parked run
 holds no file descriptor while it waits).
 
 A process names itself in the first record it writes to each trace: the line begins `{"writer": "<its id>", `.

@@ -1,5 +1,6 @@
-"""No single value of a trace record is stored longer than `MAX_VALUE_BYTES` (design.md §8): a longer string (a tool
-call's argument of 100 MB, an image's base64) is cut to its head and a marker giving its whole length.
+"""No single value of a trace record is stored longer than `MAX_VALUE_BYTES` (README, Traces, logs and metrics): a
+longer string (a tool call's argument of 100 MB, an image's base64) is cut to its head and a marker giving its whole
+length.
 
 What the trace cuts is the trace's own: a result kept whole for `read_result` stays whole in the run that keeps it
 (core/tool_step.py), whatever its trace holds. The writer thread runs this before encoding a record, so a huge value
@@ -14,7 +15,7 @@ from typing import Any
 
 from meta_agent.core.messages import jsonable
 
-MAX_VALUE_BYTES = 1_000_000  # the bound design.md §8 sets: a run's trace grows with its steps, not with what it is sent
+MAX_VALUE_BYTES = 1_000_000  # the README's 1 MB: a run's trace grows with its steps, not with what it is sent
 # A string this short is within the bound however it is encoded: JSON spends at most 6 bytes on a character (the
 # \u0000 escapes of control characters; a lone surrogate, written as its escape).
 SURELY_SHORT = MAX_VALUE_BYTES // 6
