@@ -376,8 +376,12 @@ class Engine:
         """`run`, within its turn of the conversation (`turn.history`: the transcript so far); each model turn,
         tool call and approval a step of `steps` where the run is durable."""
         mode, patterns, emit = spec.mode, spec.patterns, caller.emit
-        # a resumed run continues from the history its first start read, whatever was saved since
-        history = turn.history if steps is None else await steps.once("history", _same, turn.history)
+        # a resumed run continues from the history its first start read, whatever was saved since; a new conversation
+        # has none to read (a step is two transactions: not spent on an empty history)
+        if steps is None or not spec.continues:
+            history = turn.history
+        else:
+            history = await steps.once("history", _same, turn.history)
         moved_on = history != turn.history  # resumed after another turn of its conversation was saved: not saved
         provider, *fallbacks = await self._models(caller.sampling)
         # Only the children this run can use: a child still starting would be missing from its tools. Those not
