@@ -128,7 +128,7 @@ def tool_text(request: ModelRequest, alias: str) -> str:
 
 def q3_leader(request: ModelRequest) -> dict[str, Any]:
     """The row postgres-mcp returned for the Q3 query: it prints rows as a Python list of dicts, on the first line
-    (meta-agent shows the model the tool's structured content after it)."""
+    (its structured content only repeats that text, so the model is shown the text alone)."""
     [row] = ast.literal_eval(tool_text(request, "pg__execute_sql").splitlines()[0])
     return dict(row)
 
