@@ -2,7 +2,11 @@
 
 What a Python program embeds is importable from here, and only from here: the engine and the MCP server around it,
 the provider protocol with its test double, the neutral transcript a custom provider speaks, the run's result and
-events, the settings and the errors (README.md, "Embedding"; tests/test_exported_members.py guards the list).
+events, the settings and the errors (README.md, "Embedding").
+
+`__all__` is the one list of public names. Where each is defined is said once, by the `if TYPE_CHECKING:` imports
+that type checkers and editors read; at run time the package reads those same imports back to know which module to
+load (tests/test_exported_members.py holds the two to the same names, and every member of `Event` to the list).
 
 Every import of a submodule, the command line's included, runs this file first, so it imports nothing: each name
 loads its module on first use (PEP 562). Importing the neutral types does not load MCP or a vendor SDK.
@@ -27,6 +31,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
         LimitReached,
         ModelRequested,
         ModelResponded,
+        ModelSwitched,
         ModelTurnStarted,
         RunFailed,
         RunFinished,
@@ -54,7 +59,15 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     )
     from meta_agent.core.policy import TrustLevel
     from meta_agent.core.provider import Provider
-    from meta_agent.core.result import Mode, RunResult, RunUsage, StepRecord, StopReason, ToolCallRecord
+    from meta_agent.core.result import (
+        Mode,
+        RunResult,
+        RunUsage,
+        StepRecord,
+        StopReason,
+        ToolCallRecord,
+        UnavailableServer,
+    )
     from meta_agent.core.tool_call import Approver, Verdict
     from meta_agent.core.tools import ToolHints, ToolSpec
     from meta_agent.engine import Engine
@@ -84,7 +97,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from meta_agent.providers.scripted import ScriptedProvider
     from meta_agent.records.logs import configure_logging
 
-# A literal list (sorted as ruff's RUF022 wants), so type checkers read it; a change to it is a visible test change.
+# A literal list (sorted as ruff's RUF022 wants), so type checkers read it.
 __all__ = [
     "ApprovalAnswered",
     "ApprovalRequested",
@@ -115,6 +128,7 @@ __all__ = [
     "ModelRequested",
     "ModelResponded",
     "ModelResponse",
+    "ModelSwitched",
     "ModelTurnStarted",
     "Part",
     "PatternError",
@@ -149,6 +163,7 @@ __all__ = [
     "ToolSchema",
     "ToolSpec",
     "TrustLevel",
+    "UnavailableServer",
     "Usage",
     "UserMessage",
     "Verdict",
@@ -162,86 +177,35 @@ __all__ = [
     "resolve_provider",
 ]
 
-# Where each public name lives: the import __getattr__ makes the first time the name is asked for.
-_SOURCES = {
-    "meta_agent.config": ("ServerEntry", "Settings", "load_servers", "load_settings"),
-    "meta_agent.core.events": (
-        "ApprovalAnswered",
-        "ApprovalRequested",
-        "ChildProgress",
-        "Emit",
-        "Event",
-        "Heartbeat",
-        "LimitReached",
-        "ModelRequested",
-        "ModelResponded",
-        "ModelTurnStarted",
-        "RunFailed",
-        "RunFinished",
-        "RunStarted",
-        "Thinking",
-        "ToolCallFinished",
-        "ToolCallStarted",
-    ),
-    "meta_agent.core.messages": (
-        "AssistantMessage",
-        "ImagePart",
-        "Message",
-        "ModelRequest",
-        "ModelResponse",
-        "Part",
-        "SystemMessage",
-        "TextPart",
-        "ThinkingPart",
-        "ToolCall",
-        "ToolMessage",
-        "ToolResult",
-        "ToolSchema",
-        "Usage",
-        "UserMessage",
-    ),
-    "meta_agent.core.policy": ("TrustLevel",),
-    "meta_agent.core.provider": ("Provider",),
-    "meta_agent.core.result": ("Mode", "RunResult", "RunUsage", "StepRecord", "StopReason", "ToolCallRecord"),
-    "meta_agent.core.tool_call": ("Approver", "Verdict"),
-    "meta_agent.core.tools": ("ToolHints", "ToolSpec"),
-    "meta_agent.engine": ("Engine",),
-    "meta_agent.errors": (
-        "ChildDied",
-        "ChildError",
-        "ChildProtocolError",
-        "ChildTimeout",
-        "ChildUnavailable",
-        "ConfigError",
-        "ConversationLost",
-        "ImageGenError",
-        "LimitExceeded",
-        "MetaAgentError",
-        "ModelNotConfigured",
-        "PatternError",
-        "ProviderAuthError",
-        "ProviderBadRequest",
-        "ProviderError",
-        "ProviderRateLimited",
-        "ProviderUnavailable",
-        "ScriptError",
-    ),
-    "meta_agent.front.http_app": ("http_app",),
-    "meta_agent.front.server": ("MetaAgentServer", "build_server"),
-    "meta_agent.providers": ("make_provider", "resolve_provider"),
-    "meta_agent.providers.scripted": ("ScriptedProvider",),
-    "meta_agent.records.logs": ("configure_logging",),
-}
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+_homes: dict[str, str] = {}  # public name -> its module, read from the imports above on the first name asked for
+
+
+def _read_homes() -> dict[str, str]:
+    """Each public name's module, as the `if TYPE_CHECKING:` imports above say it (under a millisecond, once)."""
+    import ast  # the engine and the command line load it anyway; the package itself imports nothing
+
+    assert __spec__ is not None and __spec__.loader is not None
+    source = __spec__.loader.get_source(__name__)  # type: ignore[attr-defined]  # a SourceLoader's method
+    if source is None:
+        raise ImportError(f"{__name__}: the package's source is needed to find its public names (installed without)")
+    homes: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom) and statement.module is not None:
+                    homes.update(dict.fromkeys((alias.name for alias in statement.names), statement.module))
+    return homes
+
 
 if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise take any misspelt name for `Any`
 
     def __getattr__(name: str) -> Any:
         """A public name, imported from its module the first time it is asked for, then kept here."""
-        module = _MODULE_OF.get(name)
-        if module is None:
+        if name not in __all__:  # `from meta_agent import bounded_lines` asks here before importing the submodule
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        if not _homes:
+            _homes.update(_read_homes())
+        value = getattr(importlib.import_module(_homes[name]), name)
         globals()[name] = value
         return value
 

@@ -275,6 +275,13 @@ def webhooks_of(servers: Mapping[str, ServerEntry]) -> dict[str, WebhookEntry]:
 def load_servers(path: Path, environ: Mapping[str, str]) -> Servers:
     """Read and check `servers.json`, expanding `${VAR}` and `${VAR:-default}` in enabled servers and webhooks.
 
+    Args:
+        path: the file; a relative path is taken from the working directory.
+        environ: where `${VAR}` is looked up (normally `os.environ`).
+
+    Returns:
+        The servers by name (a dict), with the file's webhooks beside them (`.webhooks`).
+
     Raises:
         ConfigError: one line naming the file, the JSON path and the problem.
     """
@@ -504,6 +511,9 @@ class Settings(BaseSettings):
 
 def load_settings() -> Settings:
     """Read the `META_AGENT_*` environment.
+
+    Returns:
+        The settings, each at its default where its variable is unset.
 
     Raises:
         ConfigError: a setting with a bad value, named by its variable.

@@ -94,6 +94,15 @@ NO_CALLER = Caller()
 
 
 class Engine:
+    """What `meta-agent serve` and `meta-agent run` share: the child servers, the toolbox, the model, the records.
+
+    An async context manager: entering it starts the children (in the background) and, with a `config_file`, follows
+    that file; leaving it stops every child's processes and closes the state store. `run` runs one task.
+
+        async with Engine(Settings(), load_servers(Path("servers.json"), os.environ)) as engine:
+            result = await engine.run("What time is it in Tokyo?", mode="agent")
+    """
+
     def __init__(
         self,
         settings: Settings,
@@ -109,16 +118,23 @@ class Engine:
         serving: bool = False,
         hold_children: bool = False,
     ) -> None:
-        """`environ` (the process's own unless given) holds the providers' API keys and endpoints, which traces
-        redact. `trust_file` holds levels recorded with `meta-agent trust`; it is read again when it changes, and while
-        it cannot be read, recorded levels stop applying (`trust_problem` says why; the toolbox shows it). `provider`,
-        where given, is the model of every run instead of the one the settings name (benchmarks, embedding).
-        `config_file`, where given, is the servers.json that `servers` came from, followed while the engine runs.
-        `redact` hides secrets in traces (one is made from `environ`, `servers` and the HTTP token if not given); a
-        reload teaches it the secrets of the servers it adds. `serving`: the engine of a server, which may run many
-        calls at once: its models send requests through the vendor SDKs' aiohttp transport (`vendor_http_client`).
-        `hold_children`: the children start once `pool.release()` is called (or a run needs them, or after a second;
-        children/pool.py).
+        """Make the engine; nothing starts until it is entered.
+
+        Args:
+            settings: the `META_AGENT_*` settings (`load_settings()`, or `Settings(...)`).
+            servers: the child servers by name (`load_servers(path, environ)`); `{}` for none.
+            environ: the process's own unless given; holds the providers' API keys and endpoints, which traces redact.
+            restart: restart a child that dies, with backoff (the one-shot commands pass False).
+            start_timeout: seconds a run waits for a child still starting.
+            trust_file: the levels recorded with `meta-agent trust`; read again when it changes, and while it cannot
+                be read, recorded levels stop applying (`trust_problem` says why; the toolbox shows it).
+            provider: where given, the model of every run instead of the one the settings name.
+            config_file: where given, the servers.json that `servers` came from, followed while the engine runs.
+            redact: hides secrets in traces (made from `environ`, `servers` and the HTTP token if not given).
+            serving: the engine of a server, which may run many calls at once: its models send requests through
+                the vendor SDKs' aiohttp transport (`vendor_http_client`).
+            hold_children: the children start once `pool.release()` is called (or a run needs them, or after a
+                second; children/pool.py).
 
         Raises:
             ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool.
@@ -332,11 +348,30 @@ class Engine:
 
         Turns of one conversation run one at a time: this waits while another turn of `conversation_id` runs.
 
+        Args:
+            task: what the run is asked to do (the user's message).
+            mode: `ask` (one model turn, internal tools only), `plan` (read-only tools) or `agent` (every tool).
+            patterns: globs over tool names (`time.*`); only the tools they match are offered. None: every tool the
+                mode allows.
+            max_steps: the step limit of this run, up to `settings.max_steps_ceiling`; None: `settings.max_steps`.
+            token_budget: the run's token limit; None: `settings.token_budget`.
+            emit: an async function that gets every `Event` of the run, in order (progress, a live view).
+            approver: asks the user whether a tool that needs approval may run; None: such calls are refused.
+            sampling: the caller's own model, used when no model is configured (MCP sampling).
+            questions: where a child's own questions (elicitation, sampling) go; None: they are declined.
+            conversation_id: continue this conversation (the `conversation_id` of an earlier result); None: a new
+                one.
+
+        Returns:
+            The run's result: its answer, why it stopped, its steps and usage, and its conversation's id. A run that
+            reaches a limit still returns one (`stop_reason` says which).
+
         Raises:
             ConfigError: a bad argument (max_steps over the ceiling, a token budget below 1), an unknown conversation
                 or one whose stored record cannot be read.
             PatternError: a `tools` pattern that is malformed or matches no tool.
-            ProviderError: no model is configured, or the provider failed.
+            ProviderError: no model is configured, or the provider failed and no model of the fallback chain was left
+                (the `RunFailed` event before it carries what the run had done).
         """
         spec = RunSpec(
             run_id=str(ULID()),

@@ -28,6 +28,12 @@ class Provider(Protocol):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """One model call.
 
+        Args:
+            request: the transcript so far, the tool schemas, and the limits of the answer.
+
+        Returns:
+            The model's answer: text, tool calls, thinking and usage, in the package's own types.
+
         Raises:
             ProviderError: a subclass naming what failed; transient failures were already retried by the SDK.
         """

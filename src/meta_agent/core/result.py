@@ -92,7 +92,12 @@ class RunResult:
     transcript: tuple[Message, ...] = field(default=(), repr=False)  # the whole conversation so far
 
     def to_json(self) -> dict[str, Any]:
-        """The structured result (README, MCP tools), as `RunOut` below dumps it."""
+        """The structured result (README, MCP tools), as `RunOut` below dumps it.
+
+        Returns:
+            JSON-ready data, in the shape of the `ask`, `plan` and `agent` tools' output schema; empty optional
+            fields left out.
+        """
         return RunOut.model_validate(self).model_dump()
 
 

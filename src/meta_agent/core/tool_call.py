@@ -70,12 +70,26 @@ class Approver(Protocol):
     """Asks the user whether an `ask`-level tool may run."""
 
     def remembered(self, spec: ToolSpec) -> str | None:
-        """How long the user already allowed this tool for ("for this session", "for this conversation", "for the
-        rest of this run"), or None: ask."""
+        """How long the user already allowed this tool for, if they did.
+
+        Args:
+            spec: the tool the model wants to call.
+
+        Returns:
+            "for this session", "for this conversation" or "for the rest of this run"; None: ask.
+        """
         ...
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
-        """Ask, and wait for the answer. Never raises for a refusal: a deny, decline or cancel is a Verdict."""
+        """Ask, and wait for the answer.
+
+        Args:
+            spec: the tool the model wants to call.
+            arguments: the arguments it gave.
+
+        Returns:
+            The user's answer; a deny, decline or cancel is a Verdict too, never an exception.
+        """
         ...
 
 

@@ -36,6 +36,15 @@ def http_app(
     shared database in reach where there is one: 503 while the latest transaction found it unreachable (no query of
     its own: the run index looks at the database every few seconds).
 
+    Args:
+        server: the server `build_server` made; the app's lifespan enters the server's, where the children start.
+        host: the address served on; it is one of the `Host` values /mcp answers (with the loopback names).
+        token: where given, /mcp needs `Authorization: Bearer <token>` (else 401).
+        allowed_hosts: more `Host` values to answer: `H` allows any port, `H:PORT` that one.
+
+    Returns:
+        An ASGI app to serve with uvicorn, or to mount in yours if your lifespan enters its lifespan.
+
     Raises:
         ConfigError: `host` or an allowed host is not a host[:port].
     """

@@ -188,13 +188,26 @@ def build_server(
     config_file: Path | None = None,
     hold_children: bool = False,
 ) -> MetaAgentServer:
-    """The MCP server; each entry of its lifespan starts the children of `servers` (and leaving stops them).
-    `environ` (the process's own unless given) holds the providers' API keys and endpoints. A child that has not
-    answered within `start_timeout` seconds has failed to start (and is retried). A `trust_file` that cannot be read
-    fails closed: its levels do not apply, and the toolbox resource says why. `config_file`, where given, is the
-    servers.json `servers` came from: it is followed, and reloaded when it changes or `server.engine.request_reload()`
-    is called (SIGHUP); hosts subscribed to the toolbox resource hear of every change. `hold_children`: the children
-    start once `server.release_children()` is called (or a run needs them, or after a second; children/pool.py).
+    """The MCP server: the tools `ask`, `plan`, `agent` (and `image_gen` where its backend is configured), the toolbox
+    resource and the run resources, over an engine made at each entry of its lifespan, which starts the children of
+    `servers` (and leaving it stops them). `.run()` serves it on stdio; `http_app(server, host=...)` over HTTP.
+
+    Args:
+        settings: the `META_AGENT_*` settings.
+        servers: the child servers by name (`load_servers(path, environ)`).
+        environ: the process's own unless given; holds the providers' API keys and endpoints.
+        trust_file: the levels recorded with `meta-agent trust`. One that cannot be read fails closed: its levels do
+            not apply, and the toolbox resource says why.
+        provider: where given, the model of every run instead of the one the settings name.
+        start_timeout: seconds within which a child must answer, or it has failed to start (and is retried).
+        config_file: where given, the servers.json `servers` came from: it is followed, and reloaded when it changes
+            or `server.engine.request_reload()` is called (SIGHUP); hosts subscribed to the toolbox resource hear of
+            every change.
+        hold_children: the children start once `server.release_children()` is called (or a run needs them, or after
+            a second; children/pool.py).
+
+    Returns:
+        The server, not yet started.
 
     Raises:
         ConfigError: META_AGENT_INTERNAL_TOOLS names an unknown tool (when the lifespan starts).

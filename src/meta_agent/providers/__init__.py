@@ -134,9 +134,21 @@ def make_provider(
     openai_api: OpenAIApi | None = None,
     aiohttp: bool = False,
 ) -> Provider:
-    """The provider `spec` names; `openai_api` forces the wire format of `openai:` (None: the Responses API against
-    OpenAI itself, Chat Completions elsewhere); the ollama: and gemini: presets speak Chat Completions. `aiohttp`:
-    the vendor SDK sends its requests through its aiohttp transport instead of httpx2 (see `vendor_http_client`).
+    """The provider `spec` names. The vendor SDK is imported here, not before.
+
+    Args:
+        spec: one model, `provider:model` (`openai:gpt-5.5`, `anthropic:...`, `ollama:qwen3`, `gemini:...`), or
+            `sampling` for the caller's own model.
+        environ: where the API keys and endpoints are read (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OLLAMA_HOST`...).
+        sampling: the caller's model, which `sampling` names; None where the caller cannot sample.
+        timeout: seconds a request may take, per attempt; None: the SDK's own.
+        openai_api: forces the wire format of `openai:` (None: the Responses API against OpenAI itself, Chat
+            Completions elsewhere); the ollama: and gemini: presets speak Chat Completions.
+        aiohttp: the vendor SDK sends its requests through its aiohttp transport instead of httpx2 (see
+            `vendor_http_client`).
+
+    Returns:
+        The provider, not yet connected; close it with `aclose()`.
 
     Raises:
         ModelNotConfigured: an unknown provider, a missing API key, or `sampling` where the caller cannot sample.
@@ -222,9 +234,18 @@ class Unusable:
 async def resolve_provider(
     spec: str | None, environ: Mapping[str, str], *, sampling: Provider | None = None, **options: Any
 ) -> Provider:
-    """The provider for a run: `spec` (one model of META_AGENT_MODEL) if set; else the host's model through
-    sampling; else the default model of the first provider whose API key is set; else Ollama if it answers at
-    OLLAMA_HOST. `options` go to `make_provider` (`timeout`: seconds a request may take, per attempt; `openai_api`).
+    """The provider for a run: `spec` if set; else the host's model through sampling; else the default model of the
+    first provider whose API key is set; else Ollama if it answers at OLLAMA_HOST.
+
+    Args:
+        spec: one model of META_AGENT_MODEL (`provider:model`), or None to look for one as above.
+        environ: where the API keys and endpoints are read.
+        sampling: the caller's model, where the caller can sample.
+        **options: passed on to `make_provider` (`timeout`: seconds a request may take, per attempt; `openai_api`;
+            `aiohttp`).
+
+    Returns:
+        The provider, as `make_provider` makes it (or `sampling` itself).
 
     Raises:
         ModelNotConfigured: nothing usable, with exactly what to set.

@@ -82,9 +82,15 @@ def redacted(text: str) -> str:
 
 
 def configure_logging(level: str = "info", *, stream: TextIO | None = None, json: bool | None = None) -> None:
-    """Send every log line to `stream` (stderr by default) at `level` and above; JSON unless it is a terminal. On
-    stderr, what Python would print there by itself is logged too: warnings and uncaught or unraisable exceptions
-    (the process's hooks, which a test's own stream leaves alone)."""
+    """Send every log line to `stream` at `level` and above. On stderr, what Python would print there by itself is
+    logged too: warnings and uncaught or unraisable exceptions (the process's hooks, which a test's own stream leaves
+    alone). Call it before the engine starts: structlog's own default would print on stdout.
+
+    Args:
+        level: `debug`, `info`, `warning` or `error`.
+        stream: where the lines go; None: stderr, and the process's hooks with it.
+        json: one JSON object a line, or text; None: JSON unless `stream` is a terminal.
+    """
     process_wide = stream is None
     stream = stream or sys.stderr
     if json is None:
