@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
 
-from meta_agent.core.policy import decide, trust_level, visible
+import pytest
+from conftest import tool_spec
+
+from meta_agent.core.policy import TrustLevel, decide, trust_level, visible
+from meta_agent.core.tool_call import blocked
+from meta_agent.core.tools import ToolSpec
 
 
 @pytest.mark.parametrize(
@@ -70,3 +75,40 @@ def test_trust_level(tool: str, read_only: bool, trust: dict, level: str, source
 )
 def test_decide(mode: str, level: str, decision: str) -> None:
     assert decide(mode, level) == decision  # type: ignore[arg-type]
+
+
+def _spec(server: str | None, trust: TrustLevel, source: str) -> ToolSpec:
+    return dataclasses.replace(
+        tool_spec({"type": "object"}), server=server, name="h.t" if server else "t", trust=trust, trust_source=source
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "advice"),
+    [
+        (
+            _spec("h", "never", "servers.json"),
+            'a user can allow it with "trust": {"t": ...} of server "h" in servers.json',
+        ),
+        # the trust file's level wins over servers.json: editing servers.json would change nothing
+        (
+            _spec("h", "never", "meta-agent trust, 2026-11-27T19:49:38Z"),
+            "a user can allow it with `meta-agent trust h.t ask`",
+        ),
+        (
+            _spec(None, "never", "meta-agent trust, 2026-11-27T19:49:38Z"),
+            "a user can allow it with `meta-agent trust t ask`",
+        ),
+        (
+            _spec("h", "ask", "servers.json"),
+            'set "always" in "trust": {"t": ...} of server "h" in servers.json or run `meta-agent trust h.t always`',
+        ),
+        (
+            _spec("h", "ask", "meta-agent trust, 2026-11-27T19:49:38Z"),
+            "to run it without asking, run `meta-agent trust h.t always`",
+        ),
+    ],
+)
+def test_a_blocked_tool_names_the_place_its_level_comes_from(spec: ToolSpec, advice: str) -> None:
+    why = blocked(spec, "agent", approver=None)
+    assert why is not None and why.endswith(advice), why

@@ -113,13 +113,17 @@ def blocked(spec: ToolSpec, mode: Mode, approver: Approver | None) -> str | None
     where = f'"trust": {{"{spec.tool}": ...}} of server "{spec.server}" in servers.json' if spec.server else ""
     if spec.server == WEBHOOKS:  # a webhook's own entry has one level, not a map of patterns
         where = f'"trust" of webhook "{spec.tool}" in servers.json'
+    # A level recorded with `meta-agent trust` wins over servers.json: then only the command changes it.
+    by_command = spec.trust_source.startswith("meta-agent trust") or not where
 
     if decision == "deny":
-        return f"{spec.name} is blocked (trust level never, from {spec.trust_source}); a user can allow it with {where}"
+        fix = f"`meta-agent trust {spec.name} ask`" if by_command else where
+        return f"{spec.name} is blocked (trust level never, from {spec.trust_source}); a user can allow it with {fix}"
     if decision == "ask" and approver is None:
+        fix = f'set "always" in {where} or ' if not by_command else ""
         return (
             f"{spec.name} needs the user's approval and this caller cannot be asked; to run it without asking, "
-            f'set "always" in {where} or run `meta-agent trust {spec.name} always`'
+            f"{fix}run `meta-agent trust {spec.name} always`"
         )
     return None
 
