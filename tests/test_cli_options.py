@@ -45,6 +45,17 @@ def test_a_second_pattern_after_one_option_is_one_clear_line(capsys: pytest.Capt
     assert capsys.readouterr().err == "meta-agent: unrecognized arguments: f.* (see meta-agent --help)\n"
 
 
+@pytest.mark.parametrize("task", ["", " \t "])
+def test_an_empty_task_is_one_clear_line(task: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """No model turn is spent on a task without a word in it."""
+    with pytest.raises(SystemExit) as stopped:
+        _parser().parse_args(["run", task])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        "meta-agent run: argument task: the task is empty: say what to do (see meta-agent run --help)\n"
+    )
+
+
 def test_tools_before_the_task_from_the_command_line(llm: FakeLLM, tmp_path: Path) -> None:
     """The README's own example, with the task last: only the time tools are offered, and the run answers."""
     config = tmp_path / "servers.json"

@@ -79,6 +79,12 @@ async def test_the_tools_and_their_annotations(client: Client) -> None:
         "conversation_id",
     }
     assert agent.input_schema["required"] == ["task"]
+    assert agent.input_schema["properties"]["task"] == {
+        "type": "string",
+        "pattern": "\\S",
+        "description": "The task to carry out.",
+        "title": "Task",
+    }
     assert agent.output_schema and {"answer", "stop_reason", "run_id", "steps", "usage"} <= set(
         agent.output_schema["properties"]
     )
@@ -163,6 +169,8 @@ async def test_bad_arguments_are_one_line_tool_errors(client: Client, arguments:
         ("ask", {}, "prompt: required argument of ask is missing"),
         ("image_gen", {"size": "auto"}, "prompt: required argument of image_gen is missing"),
         ("agent", {"task": 3}, "task: expected a string, got 3"),
+        ("agent", {"task": " \n"}, "task: empty: say what to do"),
+        ("ask", {"prompt": ""}, "prompt: empty: say what to do"),
         ("agent", {"task": "t", "tools": [1]}, "tools[0]: expected a string, got 1"),
         ("plan", {"task": "t", "tools": "f.*"}, 'tools: expected a list, got "f.*"'),
         (

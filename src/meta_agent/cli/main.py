@@ -65,6 +65,21 @@ def _positive(text: str) -> int:
     return value
 
 
+# Where a new user looks first for how to choose the model.
+MODEL_HELP = (
+    "The model: META_AGENT_MODEL=provider:model (openai:, anthropic:, gemini:, ollama:) with the provider's API key"
+    " in its usual variable (OPENAI_API_KEY, ...); unset, a key's provider or a local Ollama is used."
+    " `meta-agent check` says what is ready."
+)
+
+
+def _said(text: str) -> str:
+    """A task with a word in it: an empty one would spend a model turn on nothing."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the task is empty: say what to do")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line (README, Commands). Longer than ~60 lines on purpose: one declarative table of every command
     and option reads better whole than cut into pieces."""
@@ -79,7 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], default=argparse.SUPPRESS, help="log level"
     )
-    parser = _Parser(prog="meta-agent", description="An MCP server that is itself an agent.", parents=[common])
+    parser = _Parser(
+        prog="meta-agent", description="An MCP server that is itself an agent.", epilog=MODEL_HELP, parents=[common]
+    )
     parser.add_argument("--version", action="version", version=f"meta-agent {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
@@ -91,14 +108,18 @@ def _parser() -> argparse.ArgumentParser:
         "--allowed-host", action="append", default=[], metavar="HOST", help="HTTP: another Host header to accept"
     )
 
-    run = commands.add_parser("run", parents=[common], help="run one task in-process; the answer goes to stdout")
-    run.add_argument("task")
-    run.add_argument("--mode", choices=["ask", "plan", "agent"], default="agent")
+    run = commands.add_parser(
+        "run", parents=[common], help="run one task in-process; the answer goes to stdout", epilog=MODEL_HELP
+    )
+    run.add_argument("task", type=_said, help="what to do, in words (quote it)")
+    run.add_argument(
+        "--mode", choices=["ask", "plan", "agent"], default="agent", help="one model turn, a plan, or the tool loop"
+    )
     # One value per option, given again for more: `nargs="+"` would take the task after it as a pattern.
     run.add_argument(
         "--tools", action="append", metavar="PATTERN", help="offer only the tools this glob matches (repeatable)"
     )
-    run.add_argument("--max-steps", type=_positive, metavar="N")
+    run.add_argument("--max-steps", type=_positive, metavar="N", help="model turns at most")
     run.add_argument(
         "--allow",
         action="append",

@@ -25,7 +25,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError, WithJsonSchema
 
 from meta_agent.children.questions import Questions
 from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
@@ -239,6 +239,17 @@ def build_server(
     return server
 
 
+def _says_something(text: str) -> str:
+    """A task or prompt with no word in it (empty, or only white space) is refused before a model turn is spent."""
+    if not text.strip():
+        raise ValueError("empty: say what to do")
+    return text
+
+
+# The refusal above, as the input schema tells hosts: at least one character that is not white space.
+Said = Annotated[str, AfterValidator(_says_something), WithJsonSchema({"type": "string", "pattern": r"\S"})]
+
+
 def _add_run_tools(server: MetaAgentServer) -> None:
     """`ask`, `plan` and `agent`: each a run of the one loop (README, MCP tools)."""
 
@@ -247,7 +258,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
         annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
     )
     async def ask(
-        prompt: Annotated[str, Field(description="What to ask.")],
+        prompt: Annotated[Said, Field(description="What to ask.")],
         ctx: Context,
         tools: ToolPatterns = None,
     ) -> RunAnswer:
@@ -259,7 +270,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
         annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
     )
     async def plan(
-        task: Annotated[str, Field(description="The task to plan.")],
+        task: Annotated[Said, Field(description="The task to plan.")],
         ctx: Context,
         tools: ToolPatterns = None,
         max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).", strict=True)] = None,
@@ -272,7 +283,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
         annotations=t.ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True),
     )
     async def agent(
-        task: Annotated[str, Field(description="The task to carry out.")],
+        task: Annotated[Said, Field(description="The task to carry out.")],
         ctx: Context,
         tools: ToolPatterns = None,
         max_steps: Annotated[int | None, Field(description="Model turns at most.", strict=True)] = None,
