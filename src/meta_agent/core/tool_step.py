@@ -103,6 +103,7 @@ class ToolStepRunner:
         self.images: list[ImagePart] = []
         self.run_images, self._images_named = tool_call.earlier_images(history)
         self.run_results: dict[str, str] = {}
+        self._answered_after: dict[str, float] = {}  # by call id: seconds the call waited for the user's answer
         # ask has no later turn to read in: its tool's result is the answer as it is.
         self._keeps = mode != "ask" and any(spec.internal and spec.name == tool_call.READ_RESULT for spec in tools)
 
@@ -211,7 +212,8 @@ class ToolStepRunner:
         spec = self.by_alias.get(call.name)
         if spec is not None and spec.internal:  # images an internal tool made (image_gen) go to the host
             self.images.extend(part for part in full.parts if isinstance(part, ImagePart))
-        return full, ms_since(started)
+        # the call's time is the tool's: the user's answer is no part of it (a question may wait for minutes)
+        return full, max(0, ms_since(started) - round(self._answered_after.pop(call.id, 0.0) * 1000))
 
     def _named(self, full: ToolOutcome) -> tuple[str, ...]:
         """The references of the images of a call's result, which join the run's images. `ask` names none: no later
@@ -315,6 +317,14 @@ class ToolStepRunner:
         """Ask the user (unless it is allowed already, for longer than a call); both the question and the answer are
         events."""
         assert self.approver is not None  # tool_call.blocked refused the call otherwise
+        started = clock()
+        try:
+            return await self._answer(step, call, spec)
+        finally:
+            self._answered_after[call.id] = clock() - started
+
+    async def _answer(self, step: int, call: ToolCall, spec: ToolSpec) -> tool_call.Verdict:
+        assert self.approver is not None
 
         async def asking() -> None:
             await self.emit(ev.ApprovalRequested(step=step, call_id=call.id, name=spec.name, arguments=call.arguments))
