@@ -62,9 +62,9 @@ TOOLBOX_URI = "meta-agent://toolbox"
 RUNS_URI = "meta-agent://runs/{run_id}"
 INSTRUCTIONS = (
     "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
-    "numbered plan using read-only tools only; `ask` is one model turn; `image_gen` makes images. Long calls report "
-    "progress. The resource meta-agent://toolbox lists every tool it can use; meta-agent://runs/{run_id} tells how a"
-    " run is, and its result when done."
+    "numbered plan using read-only tools only; `ask` is one model turn; `image_gen`, where listed, makes images. Long"
+    " calls report progress. The resource meta-agent://toolbox lists every tool it can use;"
+    " meta-agent://runs/{run_id} tells how a run is, and its result when done."
 )
 
 ToolPatterns = Annotated[
@@ -262,7 +262,8 @@ def _add_run_tools(server: MetaAgentServer) -> None:
         ctx: Context,
         tools: ToolPatterns = None,
     ) -> RunAnswer:
-        """One model turn. The model may use meta-agent's internal tools (image_gen) once; never child tools."""
+        """One model turn. The model may call one of meta-agent's internal tools once (those the toolbox lists:
+        describe_image, and image_gen where an image backend is configured); never child tools."""
         return await _start(ctx, "ask", prompt, patterns=tools)
 
     @server.tool(
