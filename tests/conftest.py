@@ -15,6 +15,15 @@ from typing import Any
 
 import pytest
 from postgres_cluster import database_url, pg_cluster  # noqa: F401  (fixtures for every test module)
+from quick_tier import (  # noqa: F401  (the quick tier's option and its check that no test of it starts a process)
+    keep_the_quick_tier,
+    only_quick,
+    pytest_addoption,
+    pytest_configure,
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+)
 
 from meta_agent.config import ServerEntry
 from meta_agent.core.tools import ToolHints, ToolSpec
@@ -61,7 +70,7 @@ def time_entry(**extra: Any) -> ServerEntry:
 
 
 def everything_entry(**extra: Any) -> ServerEntry:
-    assert EVERYTHING.exists(), "server-everything is not installed; run the README's test command"
+    assert EVERYTHING.exists() or only_quick(), "server-everything is not installed; run the README's test command"
     return ServerEntry(command="node", args=(str(EVERYTHING), "stdio"), **extra)
 
 
@@ -202,9 +211,10 @@ def _traces_in_a_temporary_dir(tmp_path_factory: pytest.TempPathFactory) -> Iter
             os.environ[name] = value
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fault suite's summary test checks the counts of every module of the suite (tests/test_faults*.py), so it
-    runs after all of them."""
+    runs after all of them. Under --quick, only the quick tier runs (quick_tier.py)."""
+    keep_the_quick_tier(config, items)
     items.sort(key=lambda item: item.name == "test_the_fault_summary")
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from meta_agent.addresses import parse_networks, refusal
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize(
     ("address", "why"),

@@ -12,6 +12,8 @@ from meta_agent.config import ServerEntry, load_servers, load_settings, parse_se
 from meta_agent.errors import ConfigError
 from meta_agent.validation import problem
 
+pytestmark = pytest.mark.quick
+
 ENV = {"HOME": "/home/u", "TOKEN": "s3cret", "EMPTY": ""}
 
 

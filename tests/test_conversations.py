@@ -38,7 +38,7 @@ from meta_agent.records.conversations import Conversations, default_path
 from meta_agent.records.database import SqliteDatabase
 from meta_agent.records.transcripts import trim
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 
 
 def said(llm: FakeLLM, request: int = -1) -> list[tuple[str, str]]:
@@ -50,6 +50,7 @@ def said(llm: FakeLLM, request: int = -1) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.processes
 async def test_a_conversation_continues_and_survives_a_restart(tmp_path: Path, llm: FakeLLM) -> None:
     settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "c.sqlite3")
     servers = {"f": fault_entry()}
@@ -382,6 +383,7 @@ async def holding(proc: subprocess.Popen[str]) -> None:
     assert line == "held\n", line
 
 
+@pytest.mark.processes
 async def test_a_turn_waits_while_another_process_holds_the_conversation(tmp_path: Path) -> None:
     """A turn that another process holds is waited for, and the next turn starts from what it saved; a holder that is
     killed frees the conversation once its lease runs out."""

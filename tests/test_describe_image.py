@@ -4,7 +4,7 @@ openai SDK, images served over real HTTP on 127.0.0.1, and an image a real child
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +19,6 @@ from starlette.routing import Route
 from threaded_web import ThreadedWeb
 
 from meta_agent.addresses import parse_networks
-from meta_agent.children.pool import ChildPool
 from meta_agent.config import Settings, load_settings
 from meta_agent.core.limits import Limits
 from meta_agent.core.loop import RunRequest, run
@@ -98,13 +97,6 @@ class ImageHost:
 def host() -> Iterator[ImageHost]:
     with ImageHost() as serving:
         yield serving
-
-
-@pytest.fixture(scope="module")
-async def pool() -> AsyncIterator[ChildPool]:
-    async with ChildPool({"f": fault_entry()}) as children:
-        await children.wait_settled()
-        yield children
 
 
 def data_url(raw: bytes, mime: str) -> str:
@@ -208,7 +200,8 @@ async def test_a_vision_model_set_is_asked_for_a_run_model_without_image_input(
     assert refused[1] and "image too small to see" in refused[0] and "\n" not in refused[0]
 
 
-async def test_what_describe_image_refuses_is_one_line_each(pool: ChildPool, host: ImageHost) -> None:
+@pytest.mark.quick
+async def test_what_describe_image_refuses_is_one_line_each(host: ImageHost) -> None:
     """Other URL schemes, pages that are not images, images over the cap (with a content length or without), a fetch
     past the time limit, a redirect to a file: URL or too many redirects, malformed data URLs and unknown
     references: each a one-line error, before any model is asked."""
@@ -238,9 +231,9 @@ async def test_what_describe_image_refuses_is_one_line_each(pool: ChildPool, hos
     tool = describe_image_tool(None, {}, limits=limits)
     calls = [ToolCall(id=f"c{i}", name="describe_image", arguments={"image": url}) for i, url in enumerate(refused)]
     provider = ScriptedProvider([ModelResponse(tool_calls=tuple(calls)), ModelResponse(text="none of them")])
-    tools = tuple(Toolbox.build([tool], pool).select())
+    tools = tuple(Toolbox.build([tool], []).select())
     request = RunRequest(task="t", mode="agent", tools=tools, limits=Limits(max_tool_calls_per_step=len(calls)))
-    result = await run(request, provider=provider, tools=ToolCaller(pool.children, [tool]))
+    result = await run(request, provider=provider, tools=ToolCaller({}, [tool]))
     assert result.answer == "none of them"
     told = {call_id: text for call_id, (text, is_error) in results_of(provider, 1).items() if is_error}
     assert told == {f"c{i}": f"describe_image: {why}" for i, why in enumerate(refused.values())}
@@ -254,14 +247,15 @@ async def test_what_describe_image_refuses_is_one_line_each(pool: ChildPool, hos
         ("gemini:gemini-2.5-flash", True, "META_AGENT_VISION_MODEL=gemini:gemini-2.5-flash cannot be used: "),
     ],
 )
+@pytest.mark.quick
 async def test_no_model_that_takes_images_is_a_tool_error_saying_what_to_set(
-    pool: ChildPool, vision_model: str | None, accepts_images: bool, why: str
+    vision_model: str | None, accepts_images: bool, why: str
 ) -> None:
     tool = describe_image_tool(vision_model, {})
     script = [ModelResponse(tool_calls=(ToolCall(id="c1", name="describe_image", arguments={"image": "image-1"}),))]
     provider = ScriptedProvider([*script, ModelResponse(text="ok")], accepts_images=accepts_images)
-    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([tool], pool).select()))
-    await run(request, provider=provider, tools=ToolCaller(pool.children, [tool]))
+    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([tool], []).select()))
+    await run(request, provider=provider, tools=ToolCaller({}, [tool]))
     [(text, is_error)] = results_of(provider, 1).values()
     assert is_error and text.startswith(f"describe_image: {why}") and "\n" not in text
     if vision_model is not None:

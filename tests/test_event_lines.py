@@ -10,6 +10,8 @@ import pytest
 from meta_agent.core.event_lines import ARGUMENTS_SHOWN, arguments_line
 from meta_agent.text import one_line
 
+pytestmark = pytest.mark.quick
+
 
 def whole_line(arguments: dict[str, Any], limit: int) -> str:
     """What the line would be if the arguments were written out whole first."""

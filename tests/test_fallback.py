@@ -22,7 +22,7 @@ from wire_rules import chat_problem, messages_problems
 from meta_agent.config import Settings
 from meta_agent.front.server import build_server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 CHAIN = "anthropic:claude-sonnet-5-5,openai:fake-model"
 FAST_RETRY = {"retry_after_ms": "1"}  # both SDKs honour it: their retries take no time
 TRIES = 3  # each SDK tries a failing request three times (two retries) before it gives up
@@ -43,6 +43,7 @@ async def agent(client: Client, task: str, progress: ProgressLog | None = None) 
     return {**result.structured_content, "is_error": result.is_error, "text": result.content[0].text}  # type: ignore[union-attr]
 
 
+@pytest.mark.processes
 async def test_a_provider_failing_mid_run_hands_the_turn_to_the_next(tmp_path: Path) -> None:
     with FakeLLM(strict=True) as llm:
         llm.reply(anthropic_reply({"type": "tool_use", "id": "toolu_1", "name": "f__echo", "input": {"text": "a"}}))

@@ -36,7 +36,7 @@ from meta_agent.internal import internal_tools
 from meta_agent.internal.describe_image import describe_image_tool
 from meta_agent.providers.scripted import ScriptedProvider
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 
 SET_IT = "; set META_AGENT_FETCH_ALLOW_NETWORKS to allow it"
 # Spellings of this machine that the resolver takes: each reaches a listener on 127.0.0.1 (or ::1) unless refused.

@@ -25,7 +25,7 @@ from meta_agent.addresses import parse_networks
 from meta_agent.internal.guarded_http import tls_context
 from meta_agent.internal.images import FetchLimits, ImageRefused, fetch_image
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from meta_agent.core.patterns import CheckTooSlow
 from meta_agent.core.tool_call import ArgumentCheck
 from meta_agent.core.tools import ToolSpec
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 
 TOO_SLOW = str(CheckTooSlow())
 

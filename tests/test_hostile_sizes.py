@@ -19,7 +19,7 @@ from meta_agent.core.tools import RunContext
 from meta_agent.internal.describe_image import describe_image_tool
 from meta_agent.providers.scripted import ScriptedProvider
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 
 REPEATS = 7_300_000  # each payload is 29.2 million characters, under the cap's 29.3 million
 # Payloads under the cap, and the base64 characters each holds once its white space is skipped.

@@ -26,7 +26,7 @@ from meta_agent.internal.image_gen import IMAGE_GEN, WHAT_TO_SET, image_gen_tool
 from meta_agent.internal.images import FetchLimits
 from meta_agent.internal.read_result import READ_RESULT
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 FAST_RETRY = {"retry_after_ms": "1"}  # the SDK honours retry-after-ms, so its retries take no time
 PNG = base64.b64encode(TINY_PNG).decode()
 GPT_IMAGE = "openai:gpt-image-1"

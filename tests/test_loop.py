@@ -1,4 +1,6 @@
-"""The loop, driven by the scripted provider against real child servers (our fault server and mcp-server-time)."""
+"""The loop, driven by the scripted provider, with child servers in memory: doubles that offer the tools of our fault
+server and mcp-server-time as Python functions (tests/fixtures/tool_double.py). What a real child does under the loop
+(a crash, a timeout, a cancelled call) is in test_loop_children.py."""
 
 from __future__ import annotations
 
@@ -6,14 +8,14 @@ import base64
 import dataclasses
 import itertools
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import anyio
 import pytest
-from conftest import fault_entry, time_entry
+from server_doubles import fault_double, time_double
+from tool_double import ToolDouble
 
-from meta_agent.children.pool import ChildPool
 from meta_agent.core import events as ev
 from meta_agent.core.limits import Limits
 from meta_agent.core.loop import RunRequest, run
@@ -37,7 +39,7 @@ from meta_agent.internal.read_result import READ_RESULT
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.toolbox import Toolbox, ToolCaller
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 _ids = itertools.count(1)
 
 
@@ -61,18 +63,19 @@ PAINT = InternalTool(
 )
 
 
-@pytest.fixture(scope="module")
-async def pool() -> AsyncIterator[ChildPool]:
-    servers = {
-        "f": fault_entry(trust={"mutate": "always", "delete_file": "never"}),
-        "crashy": fault_entry(trust={"crash": "always"}),
-        "slowpoke": fault_entry(timeout=0.5),
-        "time": time_entry(),
-    }
-    async with ChildPool(servers) as children:
-        await children.wait_settled()
-        assert all(child.status.state == "ready" for child in children), [c.status for c in children]
-        yield children
+Servers = dict[str, ToolDouble]
+
+
+@pytest.fixture
+def servers() -> Servers:
+    """The loop's child servers, fresh for each test: two with the fault server's tools (`slowpoke` times out after
+    0.5 s) and a clock."""
+    doubles = [
+        fault_double("f", trust={"mutate": "always", "delete_file": "never"}),
+        fault_double("slowpoke", timeout=0.5),
+        time_double(),
+    ]
+    return {double.name: double for double in doubles}
 
 
 def call(alias: str, **arguments: Any) -> ToolCall:
@@ -98,7 +101,7 @@ class Recorder:
 
 
 async def go(
-    pool: ChildPool,
+    servers: Servers,
     script: list[Any],
     *,
     mode: str = "agent",
@@ -107,7 +110,7 @@ async def go(
     provider: ScriptedProvider | None = None,
     **options: Any,
 ) -> tuple[RunResult, ScriptedProvider, Recorder]:
-    box = Toolbox.build([PAINT], pool)
+    box = Toolbox.build([PAINT], servers.values())
     provider = provider or ScriptedProvider(script)
     recorder = Recorder()
     request = RunRequest(
@@ -120,7 +123,7 @@ async def go(
     result = await run(
         request,
         provider=provider,
-        tools=ToolCaller(pool.children, [PAINT]),
+        tools=ToolCaller(servers, [PAINT]),
         emit=recorder,
         **{k: v for k, v in options.items() if k in ("approver", "heartbeat_interval")},
     )
@@ -134,8 +137,8 @@ def tool_results(request: ModelRequest, at: int = -1) -> list[tuple[str, bool]]:
     return [(r.text, r.is_error) for r in message.results]
 
 
-async def test_a_plain_answer(pool: ChildPool) -> None:
-    result, provider, rec = await go(pool, [reply("42")])
+async def test_a_plain_answer(servers: Servers) -> None:
+    result, provider, rec = await go(servers, [reply("42")])
     assert (result.answer, result.stop_reason) == ("42", "final")
     usage = result.usage
     assert (usage.model_calls, usage.tool_calls, usage.input_tokens, usage.output_tokens) == (1, 0, 10, 5)
@@ -148,18 +151,18 @@ async def test_a_plain_answer(pool: ChildPool) -> None:
     assert {t.name for t in sent.tools} >= {"paint", "f__echo", "time__get_current_time"}
 
 
-async def test_thinking_becomes_an_event(pool: ChildPool) -> None:
+async def test_thinking_becomes_an_event(servers: Servers) -> None:
     thought = ModelResponse(
         text="yes", thinking=(ThinkingPart(text="weighing it"), ThinkingPart(text="", redacted=True))
     )
-    _, _, rec = await go(pool, [thought])
+    _, _, rec = await go(servers, [thought])
     assert [(e.step, e.text) for e in rec.of(ev.Thinking)] == [(1, "weighing it")]
     assert rec.kinds().index("thinking") < rec.kinds().index("model_responded")
 
 
-async def test_a_tool_step_then_the_answer(pool: ChildPool) -> None:
+async def test_a_tool_step_then_the_answer(servers: Servers) -> None:
     result, provider, rec = await go(
-        pool, [reply("", call("time__get_current_time", timezone="Asia/Tokyo")), reply("It is late in Tokyo.")]
+        servers, [reply("", call("time__get_current_time", timezone="Asia/Tokyo")), reply("It is late in Tokyo.")]
     )
     assert result.stop_reason == "final"
     [(text, is_error)] = tool_results(provider.requests[1])
@@ -187,9 +190,9 @@ async def test_a_tool_step_then_the_answer(pool: ChildPool) -> None:
     assert result.usage.model_calls == 2 and result.usage.tool_calls == 1
 
 
-async def test_calls_of_one_step_run_concurrently_and_results_keep_call_order(pool: ChildPool) -> None:
+async def test_calls_of_one_step_run_concurrently_and_results_keep_call_order(servers: Servers) -> None:
     slow, fast = call("f__slow", seconds=0.4, steps=1), call("f__echo", text="quick")
-    result, provider, rec = await go(pool, [reply("", slow, fast), reply("done")])
+    result, provider, rec = await go(servers, [reply("", slow, fast), reply("done")])
     # Both started before either finished, and the fast one took a fraction of the slow one's time...
     kinds = [(e.kind, e.call_id) for e in rec.events if e.kind in ("tool_call_started", "tool_call_finished")]
     assert kinds[:2] == [("tool_call_started", slow.id), ("tool_call_started", fast.id)]
@@ -200,7 +203,7 @@ async def test_calls_of_one_step_run_concurrently_and_results_keep_call_order(po
     assert [t for t, _ in tool_results(provider.requests[1])] == ["slept 0.4", "quick"]
 
 
-async def test_results_are_named_in_call_order_whichever_finishes_first(pool: ChildPool) -> None:
+async def test_results_are_named_in_call_order_whichever_finishes_first(servers: Servers) -> None:
     """Two long results and two images of one step: the first call's are result-1 and image-1 though it ends last,
     so that a durable run's replay, whose calls end in another order, names them as its first start did."""
     calls = [
@@ -209,11 +212,11 @@ async def test_results_are_named_in_call_order_whichever_finishes_first(pool: Ch
         call("f__image", seconds=0.3),
         call("f__image"),
     ]
-    tools = (*Toolbox.build([READ_RESULT], pool).select(),)
+    tools = (*Toolbox.build([READ_RESULT], servers.values()).select(),)
     provider = ScriptedProvider([reply("", *calls), reply("done")])
     run_id = "01KAAAAAAAAAAAAAAAAAB7K2QZ"
     request = RunRequest(task="t", mode="agent", tools=tools, run_id=run_id, max_result_chars=1_000)
-    await run(request, provider=provider, tools=ToolCaller(pool.children, [READ_RESULT]))
+    await run(request, provider=provider, tools=ToolCaller(servers, [READ_RESULT]))
     told = [text for text, _ in tool_results(provider.requests[1])]
     tag = run_id[-6:]
     assert f"result-1@{tag}" in told[0] and f"result-2@{tag}" in told[1]
@@ -221,18 +224,18 @@ async def test_results_are_named_in_call_order_whichever_finishes_first(pool: Ch
     assert "image-2" not in told[2]
 
 
-async def test_mutating_calls_to_one_server_go_one_at_a_time(pool: ChildPool) -> None:
+async def test_mutating_calls_to_one_server_go_one_at_a_time(servers: Servers) -> None:
     calls = [call("f__mutate", seconds=0.1) for _ in range(3)]
     reads = [call("f__slow", seconds=0.1, steps=1) for _ in range(2)]
-    _result, provider, _ = await go(pool, [reply("", *calls, *reads), reply("", call("f__peak")), reply("ok")])
+    _result, provider, _ = await go(servers, [reply("", *calls, *reads), reply("", call("f__peak")), reply("ok")])
     assert all(not is_error for _, is_error in tool_results(provider.requests[1]))
     assert tool_results(provider.requests[2]) == [("1", False)]  # never two mutate calls at once
 
 
-async def test_bad_arguments_an_unknown_tool_and_bad_json_are_errors_the_model_sees(pool: ChildPool) -> None:
+async def test_bad_arguments_an_unknown_tool_and_bad_json_are_errors_the_model_sees(servers: Servers) -> None:
     bad_json = ToolCall(id="c9", name="f__echo", arguments={}, invalid_arguments="not JSON (Expecting value)")
     result, provider, _rec = await go(
-        pool, [reply("", call("f__echo", text=5), call("nope__tool"), call("f__echo"), bad_json), reply("recovered")]
+        servers, [reply("", call("f__echo", text=5), call("nope__tool"), call("f__echo"), bad_json), reply("recovered")]
     )
     assert result.answer == "recovered"
     errors = tool_results(provider.requests[1])
@@ -245,21 +248,9 @@ async def test_bad_arguments_an_unknown_tool_and_bad_json_are_errors_the_model_s
     assert result.steps[0].tool_calls[1].name == "nope__tool"
 
 
-async def test_a_child_crash_mid_run_is_a_tool_error_and_the_run_goes_on(pool: ChildPool) -> None:
-    result, provider, _ = await go(pool, [reply("", call("crashy__crash")), reply("it crashed")])
-    [(text, is_error)] = tool_results(provider.requests[1])
-    assert is_error and "crashy: the server's connection closed during crash" in text
-    assert result.stop_reason == "final"
-
-
-async def test_a_tool_timeout_is_a_tool_error(pool: ChildPool) -> None:
-    _result, provider, _ = await go(pool, [reply("", call("slowpoke__hang")), reply("gave up")])
-    assert tool_results(provider.requests[1]) == [("slowpoke: hang took longer than 0.5 s and was cancelled", True)]
-
-
-async def test_the_step_limit_ends_with_a_last_turn_without_tools(pool: ChildPool) -> None:
+async def test_the_step_limit_ends_with_a_last_turn_without_tools(servers: Servers) -> None:
     script = [reply("", call("f__echo", text=str(i))) for i in range(2)] + [reply("best I can do")]
-    result, provider, rec = await go(pool, script, limits=Limits(max_steps=2))
+    result, provider, rec = await go(servers, script, limits=Limits(max_steps=2))
     assert (result.stop_reason, result.answer) == ("max_steps", "best I can do")
     last = provider.requests[-1]
     assert last.tool_choice == "none" and last.tools  # tools described, not callable
@@ -269,31 +260,31 @@ async def test_the_step_limit_ends_with_a_last_turn_without_tools(pool: ChildPoo
     assert result.usage.model_calls == 3
 
 
-async def test_the_token_budget(pool: ChildPool) -> None:
+async def test_the_token_budget(servers: Servers) -> None:
     script = [
         reply("", call("f__echo", text="a"), tokens=(80, 20)),
         reply("", call("f__echo", text="b"), tokens=(80, 20)),
         reply("enough"),
     ]
-    result, _, _ = await go(pool, script, limits=Limits(token_budget=150))
+    result, _, _ = await go(servers, script, limits=Limits(token_budget=150))
     assert (result.stop_reason, result.answer) == ("token_budget", "enough")
     assert result.usage.input_tokens == 80 + 80 + 10
 
 
-async def test_the_time_limit_cuts_a_slow_model_call_and_still_answers(pool: ChildPool) -> None:
+async def test_the_time_limit_cuts_a_slow_model_call_and_still_answers(servers: Servers) -> None:
     async def never_answers(request: ModelRequest) -> ModelResponse:
         await anyio.sleep_forever()
         raise AssertionError
 
     result, _provider, _ = await go(
-        pool, [never_answers, reply("out of time, here is what I know")], limits=Limits(time_limit=0.3)
+        servers, [never_answers, reply("out of time, here is what I know")], limits=Limits(time_limit=0.3)
     )
     assert (result.stop_reason, result.answer) == ("deadline", "out of time, here is what I know")
 
 
-async def test_the_time_limit_cuts_slow_tool_calls(pool: ChildPool) -> None:
+async def test_the_time_limit_cuts_slow_tool_calls(servers: Servers) -> None:
     result, provider, _ = await go(
-        pool,
+        servers,
         [reply("", call("f__hang"), call("f__echo", text="fast")), reply("partial")],
         limits=Limits(time_limit=0.5),
     )
@@ -305,37 +296,18 @@ async def test_the_time_limit_cuts_slow_tool_calls(pool: ChildPool) -> None:
     ]
 
 
-async def test_too_many_calls_in_one_step_are_refused(pool: ChildPool) -> None:
+async def test_too_many_calls_in_one_step_are_refused(servers: Servers) -> None:
     calls = [call("f__echo", text=str(i)) for i in range(3)]
-    _, provider, _ = await go(pool, [reply("", *calls), reply("ok")], limits=Limits(max_tool_calls_per_step=2))
+    _, provider, _ = await go(servers, [reply("", *calls), reply("ok")], limits=Limits(max_tool_calls_per_step=2))
     results = tool_results(provider.requests[1])
     assert results[:2] == [("0", False), ("1", False)]
     assert results[2] == ("not run: at most 2 tool calls per step; call it again in the next step", True)
 
 
-async def test_cancellation_stops_the_run_and_its_tool_calls(pool: ChildPool) -> None:
-    recorder = Recorder()
-    box = Toolbox.build([], pool)
-    provider = ScriptedProvider([reply("", call("f__hang"))])
-    with anyio.CancelScope() as scope:
-
-        async def emit(event: ev.Event) -> None:
-            await recorder(event)
-            if isinstance(event, ev.ToolCallStarted):
-                scope.cancel()
-
-        request = RunRequest(task="t", mode="agent", tools=tuple(box.select()))
-        await run(request, provider=provider, tools=ToolCaller(pool.children, []), emit=emit)
-    assert scope.cancelled_caught
-    finished = recorder.of(ev.RunFinished)
-    assert [f.result.stop_reason for f in finished] == ["cancelled"]
-    assert "tool_call_finished" not in recorder.kinds()
-    # The child is fine and answers the next call at once.
-    assert (await pool["f"].call("echo", {"text": "still here"})).content[0].text == "still here"  # type: ignore[union-attr]
-
-
-async def test_heartbeats_and_child_progress_while_a_tool_is_slow(pool: ChildPool) -> None:
-    _, _, rec = await go(pool, [reply("", call("f__slow", seconds=0.5, steps=3)), reply("ok")], heartbeat_interval=0.1)
+async def test_heartbeats_and_child_progress_while_a_tool_is_slow(servers: Servers) -> None:
+    _, _, rec = await go(
+        servers, [reply("", call("f__slow", seconds=0.5, steps=3)), reply("ok")], heartbeat_interval=0.1
+    )
     beats = rec.of(ev.Heartbeat)
     assert beats and all(b.waiting_for == "f.slow" for b in beats)
     progress = rec.of(ev.ChildProgress)
@@ -346,9 +318,9 @@ async def test_heartbeats_and_child_progress_while_a_tool_is_slow(pool: ChildPoo
     ]
 
 
-async def test_ask_mode_sees_internal_tools_only_and_runs_one_without_a_second_turn(pool: ChildPool) -> None:
+async def test_ask_mode_sees_internal_tools_only_and_runs_one_without_a_second_turn(servers: Servers) -> None:
     result, provider, _ = await go(
-        pool, [reply("Here:", call("paint", prompt="a cat"), call("paint", prompt="a dog"))], mode="ask"
+        servers, [reply("Here:", call("paint", prompt="a cat"), call("paint", prompt="a dog"))], mode="ask"
     )
     assert [t.name for t in provider.requests[0].tools] == ["paint"]
     assert result.answer == "Here:\n\nmade a cat"
@@ -356,8 +328,8 @@ async def test_ask_mode_sees_internal_tools_only_and_runs_one_without_a_second_t
     assert len(provider.requests) == 1 and result.usage.tool_calls == 1
 
 
-async def test_plan_mode_offers_read_only_tools_only(pool: ChildPool) -> None:
-    result, provider, _ = await go(pool, [reply("1. look\n2. act")], mode="plan")
+async def test_plan_mode_offers_read_only_tools_only(servers: Servers) -> None:
+    result, provider, _ = await go(servers, [reply("1. look\n2. act")], mode="plan")
     names = {t.name for t in provider.requests[0].tools}
     assert "f__echo" in names and "time__get_current_time" in names
     assert not names & {"f__mutate", "f__delete_file", "f__crash"}
@@ -403,10 +375,10 @@ class ScriptedApprover:
         ("slowpoke__delete_file", Verdict(True, "allowed once"), "deleted /tmp/x"),
     ],
 )
-async def test_trust_levels_gate_calls(pool: ChildPool, alias: str, verdict: Verdict | None, expected: str) -> None:
+async def test_trust_levels_gate_calls(servers: Servers, alias: str, verdict: Verdict | None, expected: str) -> None:
     approver = ScriptedApprover(verdict)
     options = {} if verdict is None else {"approver": approver}
-    _, provider, rec = await go(pool, [reply("", call(alias, path="/tmp/x")), reply("ok")], **options)
+    _, provider, rec = await go(servers, [reply("", call(alias, path="/tmp/x")), reply("ok")], **options)
     [(text, _)] = tool_results(provider.requests[1])
     assert text.startswith(expected)
     asked = [] if verdict is None or alias.startswith("f__") else [("slowpoke.delete_file", {"path": "/tmp/x"})]
@@ -417,14 +389,14 @@ async def test_trust_levels_gate_calls(pool: ChildPool, alias: str, verdict: Ver
     assert answers == ([] if not asked else [(verdict.allowed, verdict.answer)])  # type: ignore[union-attr]
 
 
-async def test_allowed_for_the_session_is_not_asked_again(pool: ChildPool) -> None:
+async def test_allowed_for_the_session_is_not_asked_again(servers: Servers) -> None:
     approver = ScriptedApprover(Verdict(True, "allowed for this session"), remember=True)
     script = [
         reply("", call("slowpoke__delete_file", path="/a")),
         reply("", call("slowpoke__delete_file", path="/b")),
         reply("done"),
     ]
-    _, _, rec = await go(pool, script, approver=approver)
+    _, _, rec = await go(servers, script, approver=approver)
     assert approver.asked == [("slowpoke.delete_file", {"path": "/a"})]
     assert [e.answer for e in rec.of(ev.ApprovalAnswered)] == [
         "allowed for this session",
@@ -432,15 +404,15 @@ async def test_allowed_for_the_session_is_not_asked_again(pool: ChildPool) -> No
     ]
 
 
-async def test_images_become_placeholders_for_a_model_without_image_input(pool: ChildPool) -> None:
+async def test_images_become_placeholders_for_a_model_without_image_input(servers: Servers) -> None:
     """Either way the model is told each image's reference, counted over the run."""
     script = [reply("", call("f__image")), reply("", call("f__image")), reply("saw them")]
     provider = ScriptedProvider(script, accepts_images=False)
-    _, provider, _ = await go(pool, [], provider=provider)
+    _, provider, _ = await go(servers, [], provider=provider)
     [(text, _)] = tool_results(provider.requests[2])
     assert re.fullmatch(r"\[image-2: image/png, [0-9]+ bytes, not shown\]", text), text
     with_images = ScriptedProvider([reply("", call("f__image")), reply("saw it")])
-    _, with_images, _ = await go(pool, [], provider=with_images)
+    _, with_images, _ = await go(servers, [], provider=with_images)
     message = with_images.requests[1].messages[-1]
     assert isinstance(message, ToolMessage)
     label, image = message.results[0].parts
@@ -448,15 +420,15 @@ async def test_images_become_placeholders_for_a_model_without_image_input(pool: 
     assert label.text == f"[image-1: image/png, {len(base64.b64decode(image.data))} bytes]"
 
 
-async def test_a_huge_result_is_cut_with_a_marker(pool: ChildPool) -> None:
-    _, provider, _ = await go(pool, [reply("", call("f__huge", size=100_000)), reply("ok")], max_result_chars=1000)
+async def test_a_huge_result_is_cut_with_a_marker(servers: Servers) -> None:
+    _, provider, _ = await go(servers, [reply("", call("f__huge", size=100_000)), reply("ok")], max_result_chars=1000)
     [(text, _)] = tool_results(provider.requests[1])
     assert text == "x" * 1000 + "\n[... cut 99,000 of 100,000 characters]"
 
 
-async def test_a_provider_failure_ends_the_run(pool: ChildPool) -> None:
+async def test_a_provider_failure_ends_the_run(servers: Servers) -> None:
     with pytest.raises(ProviderUnavailable):
-        await go(pool, [ProviderUnavailable("openai:x: cannot connect")])
+        await go(servers, [ProviderUnavailable("openai:x: cannot connect")])
 
 
 @pytest.mark.parametrize(
@@ -466,13 +438,13 @@ async def test_a_provider_failure_ends_the_run(pool: ChildPool) -> None:
         (TypeError("a bug of ours\nsecond line"), "TypeError: a bug of ours"),
     ],
 )
-async def test_a_failed_run_ends_with_stop_reason_error(pool: ChildPool, failure: Exception, error: str) -> None:
+async def test_a_failed_run_ends_with_stop_reason_error(servers: Servers, failure: Exception, error: str) -> None:
     """The last event says why, with what the run had done; the failure itself goes on to the caller."""
     provider = ScriptedProvider([reply("", call("f__echo", text="x")), failure])
-    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([], pool).select()))
+    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([], servers.values()).select()))
     recorder = Recorder()
     with pytest.raises(type(failure)):
-        await run(request, provider=provider, tools=ToolCaller(pool.children, []), emit=recorder)
+        await run(request, provider=provider, tools=ToolCaller(servers, []), emit=recorder)
     last = recorder.events[-1]
     assert isinstance(last, ev.RunFailed) and last.result is not None
     assert (last.run_id, last.error, last.result.run_id) == (request.run_id, error, request.run_id)
@@ -501,13 +473,13 @@ KEEP = InternalTool(
 )
 
 
-async def test_arguments_nested_deeper_than_the_bound_are_an_error_the_model_sees(pool: ChildPool) -> None:
+async def test_arguments_nested_deeper_than_the_bound_are_an_error_the_model_sees(servers: Servers) -> None:
     """As deep as MAX_ARGUMENT_DEPTH runs; one level more is refused before anything holds it (the record, the
     transcript sent back, the tool), whichever provider it came from."""
     deepest, too_deep = nested(MAX_ARGUMENT_DEPTH), {"x": nested(MAX_ARGUMENT_DEPTH)}
     provider = ScriptedProvider([reply("", call("keep", **deepest), call("keep", **too_deep)), reply("went on")])
-    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([KEEP], pool).select()))
-    result = await run(request, provider=provider, tools=ToolCaller(pool.children, [KEEP]))
+    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([KEEP], servers.values()).select()))
+    result = await run(request, provider=provider, tools=ToolCaller(servers, [KEEP]))
     assert (result.answer, result.stop_reason) == ("went on", "final")
     kept, refused = result.steps[0].tool_calls
     assert (kept.ok, kept.arguments) == (True, deepest)
@@ -517,7 +489,7 @@ async def test_arguments_nested_deeper_than_the_bound_are_an_error_the_model_see
     assert provider.requests[1].messages[-2].tool_calls[1].arguments == {}  # type: ignore[union-attr]
 
 
-async def test_arguments_larger_than_the_bound_are_an_error_the_model_sees(pool: ChildPool) -> None:
+async def test_arguments_larger_than_the_bound_are_an_error_the_model_sees(servers: Servers) -> None:
     """Arguments of MAX_ARGUMENT_CHARS characters run; larger ones (a model's 100 MB data URL) are refused before
     anything holds them: the tool, the record, the transcript sent back in every later turn."""
     largest = {"text": "x" * (MAX_ARGUMENT_CHARS - len("text") - 2)}
@@ -525,8 +497,8 @@ async def test_arguments_larger_than_the_bound_are_an_error_the_model_sees(pool:
     many_keys = {f"{n:0>1000}": n for n in range(MAX_ARGUMENT_CHARS // 1000)}  # long names, short values
     calls = [call("keep", **largest), call("keep", **over), call("keep", **many_keys)]
     provider = ScriptedProvider([reply("", *calls), reply("went on")])
-    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([KEEP], pool).select()))
-    result = await run(request, provider=provider, tools=ToolCaller(pool.children, [KEEP]))
+    request = RunRequest(task="t", mode="agent", tools=tuple(Toolbox.build([KEEP], servers.values()).select()))
+    result = await run(request, provider=provider, tools=ToolCaller(servers, [KEEP]))
     assert (result.answer, result.stop_reason) == ("went on", "final")
     kept, refused, refused_too = result.steps[0].tool_calls
     assert kept.ok and len(kept.arguments["text"]) == len(largest["text"])
@@ -537,13 +509,13 @@ async def test_arguments_larger_than_the_bound_are_an_error_the_model_sees(pool:
     assert [c.arguments for c in sent_back[1:]] == [{}, {}]
 
 
-async def test_an_unexpected_model_call_fails_the_script(pool: ChildPool) -> None:
+async def test_an_unexpected_model_call_fails_the_script(servers: Servers) -> None:
     with pytest.raises(ScriptError, match="unexpected model call #2"):
-        await go(pool, [reply("", call("f__echo", text="x"))])
+        await go(servers, [reply("", call("f__echo", text="x"))])
 
 
 async def test_calls_that_change_things_run_in_the_models_order_even_when_one_waits_for_approval(
-    pool: ChildPool,
+    servers: Servers,
 ) -> None:
     """slowpoke.delete_file needs an answer, f.mutate does not; on one server they still go in the model's order."""
     gate = anyio.Event()
@@ -560,7 +532,7 @@ async def test_calls_that_change_things_run_in_the_models_order_even_when_one_wa
         if isinstance(event, ev.Heartbeat) and event.waiting_for == "the user's answer":
             gate.set()
 
-    box = Toolbox.build([], pool)
+    box = Toolbox.build([], servers.values())
     trust = {"slowpoke.mutate": "always"}
     specs = tuple(dataclasses.replace(s, trust=trust.get(s.name, s.trust)) for s in box.select(["slowpoke.*"]))
     provider = ScriptedProvider(
@@ -570,7 +542,7 @@ async def test_calls_that_change_things_run_in_the_models_order_even_when_one_wa
     await run(
         request,
         provider=provider,
-        tools=ToolCaller(pool.children, []),
+        tools=ToolCaller(servers, []),
         emit=emit,
         approver=SlowUser(Verdict(True, "allowed once")),
         heartbeat_interval=0.05,
@@ -590,21 +562,21 @@ async def test_calls_that_change_things_run_in_the_models_order_even_when_one_wa
     assert any(isinstance(e, ev.Heartbeat) and e.waiting_for == "the user's answer" for e in recorder_gate.events)
 
 
-async def test_a_schema_that_cannot_check_lets_the_child_answer(pool: ChildPool) -> None:
-    box = Toolbox.build([], pool)
+async def test_a_schema_that_cannot_check_lets_the_child_answer(servers: Servers) -> None:
+    box = Toolbox.build([], servers.values())
     echo = dataclasses.replace(
         box.by_name["f.echo"], input_schema={"type": "object", "properties": {"text": {"type": "any"}}}
     )
     provider = ScriptedProvider([reply("", call("f__echo", text="through")), reply("ok")])
-    await run(RunRequest(task="t", mode="agent", tools=(echo,)), provider=provider, tools=ToolCaller(pool.children, []))
+    await run(RunRequest(task="t", mode="agent", tools=(echo,)), provider=provider, tools=ToolCaller(servers, []))
     assert tool_results(provider.requests[1]) == [("through", False)]
 
 
-async def test_argument_checks_follow_a_tool_whose_schema_changed(pool: ChildPool) -> None:
+async def test_argument_checks_follow_a_tool_whose_schema_changed(servers: Servers) -> None:
     """One ArgumentCheck outlives runs (the engine keeps it): a child restarted with a new schema is checked against
     the new one, not the validator built for the old."""
     checks = ArgumentCheck()
-    echo = Toolbox.build([], pool).by_name["f.echo"]
+    echo = Toolbox.build([], servers.values()).by_name["f.echo"]
     assert checks.problem(echo, {"text": "x"}) is None
     assert checks.problem(echo, {"text": 1}) == "text: 1 is not of type 'string'"
     renamed = {"type": "object", "properties": {"words": {"type": "string"}}, "required": ["words"]}
@@ -613,7 +585,7 @@ async def test_argument_checks_follow_a_tool_whose_schema_changed(pool: ChildPoo
     assert checks.problem(changed, {"words": "x"}) is None
 
 
-async def test_metrics_count_errors_by_category_and_time_per_tool(pool: ChildPool) -> None:
+async def test_metrics_count_errors_by_category_and_time_per_tool(servers: Servers) -> None:
     script = [
         reply(
             "",
@@ -625,7 +597,7 @@ async def test_metrics_count_errors_by_category_and_time_per_tool(pool: ChildPoo
         reply("", call("f__echo", text="b")),
         reply("stopped"),
     ]
-    result, _, _ = await go(pool, script, limits=Limits(max_steps=2))
+    result, _, _ = await go(servers, script, limits=Limits(max_steps=2))
     usage = result.usage
     assert usage.errors == {"tool": 1, "timeout": 1, "approval": 1, "limit": 1}
     assert set(usage.tool_ms) == {"f.echo", "slowpoke.hang", "f.delete_file"}

@@ -11,6 +11,8 @@ from meta_agent.core.policy import TrustLevel, decide, trust_level, visible
 from meta_agent.core.tool_call import blocked
 from meta_agent.core.tools import ToolSpec
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize(
     ("mode", "internal", "read_only", "shown"),

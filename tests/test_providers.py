@@ -45,7 +45,7 @@ from meta_agent.front.server import build_server
 from meta_agent.providers import DETAIL_SHOWN, make_provider, resolve_provider
 from meta_agent.toolbox import Toolbox, ToolCaller
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 FAST_RETRY = {"retry_after_ms": "1"}  # both SDKs honour retry-after-ms, so retries in tests take no time
 ECHO = ToolSchema(
     name="f__echo", description="Echo.", parameters={"type": "object", "properties": {"text": {"type": "string"}}}
@@ -297,6 +297,7 @@ async def test_an_error_body_of_any_shape_is_read(llm: FakeLLM, status: int, bod
     assert str(caught.value) == f"openai:fake-model: the request was refused (HTTP {status}): {detail}"
 
 
+@pytest.mark.processes
 async def test_the_tool_error_the_trace_and_meta_agent_run_say_the_same_whole_line(
     llm: FakeLLM, tmp_path: Path
 ) -> None:
@@ -524,6 +525,7 @@ async def test_a_local_openai_compatible_server_needs_no_key(llm: FakeLLM) -> No
     assert (await ask_once("openai:local-model", {"OPENAI_BASE_URL": f"{llm.url}/v1"})).text == "local"
 
 
+@pytest.mark.processes
 async def test_the_loop_over_http_with_a_real_child(llm: FakeLLM) -> None:
     llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Europe/Paris"})))
     llm.reply(openai_reply("It is morning in Paris."))
@@ -589,6 +591,7 @@ VENDOR_TURNS: dict[str, tuple[str, list[dict[str, Any]]]] = {
 }
 
 
+@pytest.mark.processes
 async def test_a_run_cut_by_its_step_limit_sends_what_llama_cpp_accepts() -> None:
     """The turn after a tool call and the last turn without tools, against an endpoint as strict as llama.cpp's
     server (an assistant turn with tool calls and no text is sent with content "", never null)."""
@@ -607,6 +610,7 @@ async def test_a_run_cut_by_its_step_limit_sends_what_llama_cpp_accepts() -> Non
     assert [chat_problem(body) for body in chats] == [None] * 3
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("first", "then"), [("openai", "anthropic"), ("anthropic", "openai")])
 async def test_a_conversation_goes_on_with_the_other_vendor(tmp_path: Path, first: str, then: str) -> None:
     """Each turn through our real server and a saved conversation; the fake endpoint refuses what the vendors (and

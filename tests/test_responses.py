@@ -22,7 +22,7 @@ from meta_agent.providers.openai import OpenAIProvider
 from meta_agent.providers.openai_responses import OpenAIResponsesProvider
 from meta_agent.records.transcripts import decode
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 THINKING_TURNS = [
     responses_reply(
         "let me look",
@@ -64,6 +64,7 @@ async def test_openai_itself_speaks_responses_and_other_servers_chat_unless_told
         await provider.aclose()
 
 
+@pytest.mark.processes
 async def test_reasoning_items_go_back_encrypted_and_summaries_are_thinking(tmp_path: Path) -> None:
     with FakeLLM(strict=True) as llm:
         for reply in THINKING_TURNS:
@@ -117,6 +118,7 @@ async def test_reasoning_items_go_back_encrypted_and_summaries_are_thinking(tmp_
     assert outputs == ["a", "b", "c"]
 
 
+@pytest.mark.processes
 async def test_a_conversation_sends_each_vendor_only_its_own_reasoning(tmp_path: Path) -> None:
     """Responses, then Anthropic, then Responses again on one conversation: encrypted reasoning never goes to
     Anthropic, Anthropic's signed thinking never to OpenAI; both endpoints refuse what their vendors refuse."""

@@ -10,7 +10,7 @@ import pytest
 
 from meta_agent.front.stdio_lines import LINE_LIMIT, Refusal, lines_within, screened
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 
 NO_ANSWER = "no answer"
 # A line, and what it is owed: (code, id) of the error answer, NO_ANSWER, or the message class it is.

@@ -18,7 +18,7 @@ from meta_agent.core.tool_call import Verdict
 from meta_agent.core.tools import ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.providers.scripted import ScriptedProvider
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 
 ANSWER_SECONDS = 600.0  # how long the user took to answer, on the clock the call is timed on
 

@@ -15,6 +15,8 @@ from meta_agent.errors import ChildDied, PatternError
 from meta_agent.internal.image_gen import IMAGE_GEN
 from meta_agent.toolbox import ALIAS, Toolbox, alias_for, may_name_server, withheld_child_tools
 
+pytestmark = pytest.mark.quick
+
 LONG = "x" * 70
 
 
@@ -110,6 +112,7 @@ def test_selection_by_pattern_and_mode() -> None:
         box.select(["pg tools"])
 
 
+@pytest.mark.processes
 @pytest.mark.anyio
 async def test_a_toolbox_of_real_children() -> None:
     servers = {
@@ -150,6 +153,7 @@ async def test_a_toolbox_of_real_children() -> None:
     assert all(ALIAS.fullmatch(s.alias) for s in box.tools)
 
 
+@pytest.mark.processes
 @pytest.mark.anyio
 async def test_tools_that_allow_and_deny_filter_out_are_known_with_why() -> None:
     rules = ToolFilter(allow=("e*", "pid", "delete_*", "hang"), deny=("delete_*", "h?ng"))
@@ -169,6 +173,7 @@ async def test_tools_that_allow_and_deny_filter_out_are_known_with_why() -> None
     assert hang.hints.read_only and "f.hang" not in box.by_name and "f__hang" not in box.by_alias
 
 
+@pytest.mark.processes
 @pytest.mark.anyio
 async def test_a_child_that_went_down_keeps_what_it_listed_as_withheld() -> None:
     """A failed child's tools stay known, withheld saying why; a disabled child or one never ready has none."""

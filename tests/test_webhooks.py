@@ -30,7 +30,7 @@ from meta_agent.errors import ChildError, ChildTimeout, ChildUnavailable
 from meta_agent.front.server import build_server
 from meta_agent.providers.scripted import ScriptedProvider
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 HOOK_VALUE = "hv-7d0c2f55e1"  # a header value with no secret-looking variable name: only the webhook makes it one
 NOTIFY_PARAMETERS = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 
@@ -338,6 +338,7 @@ def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.processes
 def test_tools_and_check_show_the_webhooks(hooks: Receiver, tmp_path: Path) -> None:
     config = tmp_path / "servers.json"
     webhooks = {
@@ -378,6 +379,7 @@ def test_tools_and_check_show_the_webhooks(hooks: Receiver, tmp_path: Path) -> N
     assert hooks.received == []  # check validates, never calls
 
 
+@pytest.mark.processes
 def test_a_bad_webhook_is_one_line_and_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "servers.json"
     config.write_text(json.dumps({"webhooks": {"notify": {"url": "http://127.0.0.1:9/x", "metod": "GET"}}}))
