@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from postgres_cluster import database_url, pg_cluster  # noqa: F401  (fixtures for every test module)
 
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 from meta_agent.core.tools import ToolHints, ToolSpec
 
 TESTS = Path(__file__).parent

@@ -18,9 +18,8 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from threaded_web import ThreadedWeb
 
-from meta_agent.addresses import parse_networks
 from meta_agent.children.pool import ChildPool
-from meta_agent.config import Settings, load_settings
+from meta_agent.config.settings import Settings, load_settings
 from meta_agent.core.limits import Limits
 from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.messages import ModelResponse, ToolCall, ToolMessage
@@ -30,7 +29,8 @@ from meta_agent.internal import LEFT_OUT, internal_tools
 from meta_agent.internal.describe_image import DEFAULT_QUESTION, SYSTEM, describe_image_tool
 from meta_agent.internal.images import FetchLimits
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.toolbox import Toolbox, ToolCaller
+from meta_agent.shared.addresses import parse_networks
+from meta_agent.toolbox.build import Toolbox, ToolCaller
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""Durable runs on PostgreSQL (records/durable.py; README, Replicas on PostgreSQL): real `meta-agent serve --transport http` replicas on
+"""Durable runs on PostgreSQL (durable/runs.py; README, Replicas on PostgreSQL): real `meta-agent serve --transport http` replicas on
 one database, one SIGKILLed in the middle of a run; the other finishes the run from its last completed step, a call
 that changed things before the kill is not made again, and the result is read from any replica."""
 
@@ -21,11 +21,12 @@ from mcp import Client
 from postgres_cluster import Cluster
 from replicas import done_run, fault_config, replica, replica_environ
 
-from meta_agent.config import ServerEntry, Settings, load_servers
+from meta_agent.config.servers import ServerEntry, load_servers
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError
-from meta_agent.records.database import PostgresDatabase
-from meta_agent.records.run_index import RunIndex
+from meta_agent.store.database import PostgresDatabase
+from meta_agent.store.run_index import RunIndex
 
 pytestmark = pytest.mark.anyio
 

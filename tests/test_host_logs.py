@@ -21,7 +21,7 @@ from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
 from meta_agent.records.logs import configure_logging, forward_to_taps
 from meta_agent.records.traces import REDACTED

@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from meta_agent import Settings, build_server
 from meta_agent.children.pool import ChildPool
-from meta_agent.config import load_servers
+from meta_agent.config.servers import load_servers
 from meta_agent.front.server import TOOLBOX_URI, MetaAgentServer
 
 pytestmark = pytest.mark.anyio

@@ -17,7 +17,8 @@ from fake_llm import FakeLLM, Seen, openai_reply
 from many_tools import tools
 from mcp import Client
 
-from meta_agent.config import ServerEntry, Settings, ToolFilter, load_servers, parse_servers
+from meta_agent.config.servers import ServerEntry, ToolFilter, load_servers, parse_servers
+from meta_agent.config.settings import Settings
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tool_search import AUTO_THRESHOLD, ToolIndex, search_on, tokenize
 from meta_agent.core.tools import ToolHints, ToolSpec

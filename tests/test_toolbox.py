@@ -8,12 +8,13 @@ import pytest
 from conftest import everything_entry, fault_entry, time_entry
 
 from meta_agent.children.pool import ChildPool
-from meta_agent.config import Settings, ToolFilter
+from meta_agent.config.servers import ToolFilter
+from meta_agent.config.settings import Settings
 from meta_agent.core.tools import ToolHints, ToolSpec
 from meta_agent.engine import LEFT_OUT, Engine
 from meta_agent.errors import ChildDied, PatternError
 from meta_agent.internal.image_gen import IMAGE_GEN
-from meta_agent.toolbox import ALIAS, Toolbox, alias_for, may_name_server, withheld_child_tools
+from meta_agent.toolbox.build import ALIAS, Toolbox, alias_for, may_name_server, withheld_child_tools
 
 LONG = "x" * 70
 

@@ -13,12 +13,12 @@ from conftest import FAULT_SERVER, fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError
 from meta_agent.front.server import build_server
-from meta_agent.records import trustfile
-from meta_agent.toolbox import definition_of
+from meta_agent.store import trustfile
+from meta_agent.toolbox.build import definition_of
 
 
 def fault(*flags: str) -> dict:

@@ -24,7 +24,8 @@ from webhook_receiver import Receiver
 
 from meta_agent import Engine
 from meta_agent.children.webhooks import MAX_ANSWER_BYTES, Webhooks
-from meta_agent.config import Servers, Settings, WebhookEntry, load_servers, parse_servers
+from meta_agent.config.servers import Servers, WebhookEntry, load_servers, parse_servers
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import ModelResponse, ToolCall
 from meta_agent.errors import ChildError, ChildTimeout, ChildUnavailable
 from meta_agent.front.server import build_server

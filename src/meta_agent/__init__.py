@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from meta_agent.version import __version__
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr__ below
-    from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
+    from meta_agent.config.servers import ServerEntry, load_servers
+    from meta_agent.config.settings import Settings, load_settings
     from meta_agent.core.events import (
         ApprovalAnswered,
         ApprovalRequested,
@@ -164,7 +165,8 @@ __all__ = [
 
 # Where each public name lives: the import __getattr__ makes the first time the name is asked for.
 _SOURCES = {
-    "meta_agent.config": ("ServerEntry", "Settings", "load_servers", "load_settings"),
+    "meta_agent.config.servers": ("ServerEntry", "load_servers"),
+    "meta_agent.config.settings": ("Settings", "load_settings"),
     "meta_agent.core.events": (
         "ApprovalAnswered",
         "ApprovalRequested",

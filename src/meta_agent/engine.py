@@ -26,7 +26,8 @@ from meta_agent.children.pool import ChildPool
 from meta_agent.children.questions import Questions
 from meta_agent.children.supervisor import ChildServer, ChildStatus
 from meta_agent.children.webhooks import Webhooks, secrets_of
-from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings, load_servers, webhooks_of
+from meta_agent.config.servers import DEFAULT_START_TIMEOUT, ServerEntry, load_servers, webhooks_of
+from meta_agent.config.settings import Settings
 from meta_agent.core import events as ev
 from meta_agent.core.event_lines import describe
 from meta_agent.core.events import Emit, Event
@@ -42,21 +43,28 @@ from meta_agent.errors import ConfigError, ConversationLost, ModelNotConfigured,
 from meta_agent.internal import INTERNAL_TOOLS, LEFT_OUT, internal_tools
 from meta_agent.internal.find_tools import find_tools_tool
 from meta_agent.providers import Unusable, make_provider, parse_chain, resolve_provider
-from meta_agent.records import trustfile
-from meta_agent.records.conversations import Conversations, Turn
-from meta_agent.records.conversations import default_path as default_conversations_path
-from meta_agent.records.database import open_database
-from meta_agent.records.run_index import RunIndex, stopping
 from meta_agent.records.telemetry import Spans
 from meta_agent.records.traces import Redactor, TraceWriter, default_trace_dir, prune_traces
-from meta_agent.records.trustfile import Recorded
-from meta_agent.text import one_line, some_of
-from meta_agent.toolbox import Toolbox, ToolCaller, may_name_server, pinned, withheld_child_tools, withheld_webhooks
+from meta_agent.shared.text import one_line, some_of
+from meta_agent.store import trustfile
+from meta_agent.store.conversations import Conversations, Turn
+from meta_agent.store.conversations import default_path as default_conversations_path
+from meta_agent.store.database import open_database
+from meta_agent.store.run_index import RunIndex, stopping
+from meta_agent.store.trustfile import Recorded
+from meta_agent.toolbox.build import (
+    Toolbox,
+    ToolCaller,
+    may_name_server,
+    pinned,
+    withheld_child_tools,
+    withheld_webhooks,
+)
 from meta_agent.version import __version__
 
 if TYPE_CHECKING:
-    from meta_agent.records.durable import DurableRuns
-    from meta_agent.records.durable_steps import RunSteps
+    from meta_agent.durable.runs import DurableRuns
+    from meta_agent.durable.steps import RunSteps
 
 log = structlog.get_logger(__name__)
 PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
@@ -146,9 +154,9 @@ class Engine:
         # unique to this process, even in a container restarted with the same host name and pid
         replica = f"{socket.gethostname()}:{os.getpid()}:{str(ULID())[-6:]}"
         self.runs = RunIndex(self.database, replica, alive_seconds=settings.lease_seconds)
-        self.durable: DurableRuns | None = None  # with PostgreSQL: runs survive their replica (records/durable.py)
+        self.durable: DurableRuns | None = None  # with PostgreSQL: runs survive their replica (durable/runs.py)
         if settings.database_url:
-            from meta_agent.records.durable import DurableRuns
+            from meta_agent.durable.runs import DurableRuns
 
             self.durable = DurableRuns(
                 settings.database_url, replica, self.runs, version=__version__, max_resumes=settings.max_resumes

@@ -30,13 +30,14 @@ from meta_agent.cli.terminal import (
     print_toolbox,
     webhook_line,
 )
-from meta_agent.config import ServerEntry, Settings, check_glob, webhooks_of
+from meta_agent.config.servers import ServerEntry, check_glob, webhooks_of
+from meta_agent.config.settings import Settings
 from meta_agent.core.tools import WEBHOOKS
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
-from meta_agent.records import trustfile
-from meta_agent.text import plural
-from meta_agent.toolbox import Toolbox, definition_of, may_name_server
+from meta_agent.shared.text import plural
+from meta_agent.store import trustfile
+from meta_agent.toolbox.build import Toolbox, definition_of, may_name_server
 
 log = structlog.get_logger(__name__)
 

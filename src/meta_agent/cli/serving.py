@@ -19,7 +19,8 @@ import anyio
 import structlog
 
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, fail
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config.servers import ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.errors import ConfigError
 
 MAX_PORT = 65535

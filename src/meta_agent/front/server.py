@@ -28,7 +28,8 @@ from mcp.server.request_state import RequestStateSecurity
 from pydantic import Field, ValidationError
 
 from meta_agent.children.questions import Questions
-from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
+from meta_agent.config.servers import DEFAULT_START_TIMEOUT, ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.core import events as ev
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import Mode, RunResult
@@ -52,9 +53,9 @@ from meta_agent.front.subscriptions import ToolboxSubscribers
 from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.providers.sampling import SamplingProvider
-from meta_agent.records.parking import SharedRounds
 from meta_agent.records.traces import Redactor
-from meta_agent.unimported import hidden
+from meta_agent.shared.unimported import hidden
+from meta_agent.store.parking import SharedRounds
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -78,7 +79,7 @@ class Front:
     """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, and what the user allowed "for
     this session": per MCP session (2025-11-25), and for 2026-07-28 callers off HTTP for the lifespan, which there
     serves one connection (stdio: the process, one user's session); over HTTP, per conversation, in the database
-    (records/conversations.py)."""
+    (store/conversations.py)."""
 
     engine: Engine
     parked: ParkedRuns

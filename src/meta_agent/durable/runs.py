@@ -26,7 +26,7 @@ finishes it; once none is left, it stays interrupted.
 
 A database outage: DBOS holds each step's write and retries it until the database is back (a step that completed
 meanwhile is recorded then, so it never runs again), and the run waits there; the run index keeps the run's row from
-being handed on meanwhile (records/run_index.py). Should a replica lose a run all the same (it stalled, or was cut
+being handed on meanwhile (store/run_index.py). Should a replica lose a run all the same (it stalled, or was cut
 off from the database alone, and another took the run over), DBOS refuses its next write: that execution stops there,
 and its caller is told in one line where the run is (`RunLost`); the replica serves on.
 
@@ -44,13 +44,13 @@ import anyio
 import structlog
 
 from meta_agent.core.events import Emit, Event, ToolCallStarted
+from meta_agent.durable.faults import Lost, RunLost, unwrapped, without_traceback
+from meta_agent.durable.steps import RunSteps
 from meta_agent.errors import ConfigError, summary
-from meta_agent.records.database import Sql
-from meta_agent.records.durable_faults import Lost, RunLost, unwrapped, without_traceback
-from meta_agent.records.durable_steps import RunSteps
 from meta_agent.records.logs import route_through_ours
-from meta_agent.records.run_index import RunIndex, stopping
-from meta_agent.text import plural
+from meta_agent.shared.text import plural
+from meta_agent.store.database import Sql
+from meta_agent.store.run_index import RunIndex, stopping
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
