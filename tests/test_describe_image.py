@@ -317,7 +317,7 @@ async def test_describe_image_is_offered_selected_and_withheld_like_image_gen(mo
         for name, value in setting.items():
             monkeypatch.setenv(name, value)
         async with Engine(load_settings(), {}, {}) as engine:
-            tools = {tool["name"]: tool for tool in engine.describe()["tools"]}
+            tools = {tool["name"]: tool for tool in engine.toolbox.describe()["tools"]}
             assert "describe_image" not in [spec.name for spec in engine.toolbox().select()]
         assert (tools["describe_image"]["enabled"], tools["describe_image"]["withheld"]) == (False, why)
         for name in setting:

@@ -300,13 +300,13 @@ async def test_a_resumed_run_whose_engine_stops_is_left_for_another_replica_not_
     settings = Settings(model="openai:fake-model", database_url=database_url, trace_dir=tmp_path, lease_seconds=1)
     async with Engine(settings, load_servers(waiting.config, os.environ), openai_env(llm)) as engine:
         with anyio.fail_after(30):  # until it runs the run again (its replica's mark lapsed)
-            while not pg_cluster.psql(database_url, row).startswith(f"{engine.runs.replica}|running|"):
+            while not pg_cluster.psql(database_url, row).startswith(f"{engine.index.replica}|running|"):
                 await anyio.sleep(0.05)
             # its row taken as lapsed meanwhile (its mark is short, a loaded machine slow): this replica runs it, so
             # it is not handed on (to be run twice, and left queued when this engine stops)
             assert engine.durable is not None
-            await engine.durable._resume(waiting.run_id, engine.runs.replica)
-    assert pg_cluster.psql(database_url, row) == f"{engine.runs.replica}|running||0"
+            await engine.durable._resume(waiting.run_id, engine.index.replica)
+    assert pg_cluster.psql(database_url, row) == f"{engine.index.replica}|running||0"
     status = f"select status from dbos.workflow_status where workflow_uuid = '{waiting.run_id}'"
     assert pg_cluster.psql(database_url, status) == "PENDING"
     with replica(waiting.config, waiting.environ) as (_, url, _):

@@ -301,9 +301,9 @@ async def test_the_index_follows_the_toolbox_across_a_reload(tmp_path: Path, llm
         assert server.engine is not None
         engine = server.engine
         grown = anyio.Event()
-        engine.on_toolbox_change(lambda: "m.restore_payroll_run" in engine.toolbox().by_name and grown.set())
+        engine.toolbox.on_change(lambda: "m.restore_payroll_run" in engine.toolbox().by_name and grown.set())
         write(200)
-        engine.request_reload()
+        engine.toolbox.request_reload()
         with anyio.fail_after(30):
             await grown.wait()
         llm.requests.clear()

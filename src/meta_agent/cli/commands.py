@@ -108,14 +108,15 @@ async def list_tools(args: argparse.Namespace, settings: Settings, servers: dict
     engine = Engine(
         settings, servers, os.environ, restart=False, start_timeout=args.start_timeout, trust_file=args.trust_file
     )
+    toolbox = engine.toolbox
     async with engine:
         await engine.pool.wait_settled()
         if args.json:
-            print(json.dumps(engine.describe(), indent=2))
+            print(json.dumps(toolbox.describe(), indent=2))
         else:
-            print_toolbox(engine.toolbox(), engine.pool, sys.stdout, engine.withheld_specs())
-    if engine.trust_problem:  # bad input, though the toolbox above shows the levels that apply meanwhile
-        return fail(engine.trust_problem, EXIT_USAGE)
+            print_toolbox(toolbox(), engine.pool, sys.stdout, toolbox.withheld_specs())
+    if toolbox.trust_problem:  # bad input, though the toolbox above shows the levels that apply meanwhile
+        return fail(toolbox.trust_problem, EXIT_USAGE)
     return 0
 
 

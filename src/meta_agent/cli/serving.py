@@ -85,7 +85,7 @@ def _watched(server: MetaAgentServer, settings: Settings) -> AbstractAsyncContex
 
     def in_progress() -> list[str]:
         engine = server.engine
-        return [] if engine is None else engine.in_progress()
+        return [] if engine is None else engine.runs.in_progress()
 
     return watching_the_loop(settings.stall_seconds, in_progress, settings.trace_dir or default_trace_dir())
 
@@ -111,7 +111,7 @@ async def _reloading_on_hangup(server: MetaAgentServer) -> AsyncIterator[None]:
         async for _ in hangups:
             if server.engine is not None:
                 log.info("reload_requested", signal=RELOAD_SIGNAL.name)
-                server.engine.request_reload()
+                server.engine.toolbox.request_reload()
 
     try:
         with anyio.open_signal_receiver(RELOAD_SIGNAL) as hangups:
