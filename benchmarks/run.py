@@ -151,7 +151,7 @@ def _import_gap(cs: dict[str, Any], first_rows: dict[str, Any], bare: float) -> 
         " starts before the SDK reads the first request; about 20 ms of them (the loop, the children's supervisors,"
         " the records) could wait for the first run only if the engine started after the first answer, which it does"
         " not. Kept out already: rich, which the SDK's server imports for a log handler that logging then drops, and"
-        " rich and greenlet, which structlog imports for features meta-agent does not use (meta_agent/unimported.py)."
+        " rich and greenlet, which structlog imports for features meta-agent does not use (meta_agent/shared/unimported.py)."
     )
 
 

@@ -38,7 +38,7 @@ from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tool_search import ToolIndex
 from meta_agent.core.tools import ToolHints, ToolSpec
 from meta_agent.internal.find_tools import FIND_TOOLS, line_of
-from meta_agent.toolbox import alias_for
+from meta_agent.toolbox.build import alias_for
 
 HERE = Path(__file__).parent
 TOOLSETS = sorted((HERE / "toolsets").glob("*.json"))

@@ -25,7 +25,7 @@ from quick_tier import (  # noqa: F401  (the quick tier's option and its check t
     pytest_runtest_teardown,
 )
 
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 from meta_agent.core.tools import ToolHints, ToolSpec
 
 TESTS = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""Which addresses a fetch may reach (meta_agent.addresses): a table over the address classes and their IPv6 forms."""
+"""Which addresses a fetch may reach (meta_agent.shared.addresses): a table over the address classes and their IPv6 forms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from meta_agent.addresses import parse_networks, refusal
+from meta_agent.shared.addresses import parse_networks, refusal
 
 pytestmark = pytest.mark.quick
 

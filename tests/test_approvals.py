@@ -25,7 +25,7 @@ from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
 from test_transports import ServerLog
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.front import approvals, parked
 from meta_agent.front.server import build_server
 

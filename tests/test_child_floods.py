@@ -1,4 +1,4 @@
-"""A hostile child's floods (children/stdout.py, meta_agent/bounded_lines.py, records/log_repeats.py): a stdout line
+"""A hostile child's floods (children/stdout.py, meta_agent/shared/bounded_lines.py, records/log_repeats.py): a stdout line
 without end costs no memory, an answer over the line limit fails its call at once in one line, and lines that all
 differ, on stderr or stdout, are logged within a budget per child that counts every one of them."""
 
@@ -23,12 +23,12 @@ import structlog
 from captured_logs import logged_to
 from conftest import TESTS, http_serving
 
-from meta_agent.bounded_lines import EDGE, Overlong, lines_within
 from meta_agent.children.pool import ChildPool
 from meta_agent.children.stdout import LINE_LIMIT, answered_id
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 from meta_agent.errors import ChildProtocolError
 from meta_agent.records.log_repeats import SOURCE_BUDGET
+from meta_agent.shared.bounded_lines import EDGE, Overlong, lines_within
 
 pytestmark = pytest.mark.anyio
 

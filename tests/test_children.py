@@ -19,7 +19,7 @@ from meta_agent.children import stderr as stderr_module
 from meta_agent.children.pool import ChildPool
 from meta_agent.children.stderr import LINE_MAX, stderr_pipe
 from meta_agent.children.supervisor import ChildServer
-from meta_agent.config import ServerEntry, ToolFilter
+from meta_agent.config.servers import ServerEntry, ToolFilter
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
 
 pytestmark = pytest.mark.anyio

@@ -300,7 +300,7 @@ RICH_PROBE = """
 import os, sys
 import meta_agent.cli.main
 import structlog.dev
-from meta_agent.config import load_settings
+from meta_agent.config.settings import load_settings
 from meta_agent.front.server import build_server
 from meta_agent.records.logs import configure_logging
 configure_logging("warning")
@@ -313,12 +313,13 @@ print(before or "neither", structlog.dev.rich, rich.MARK, greenlet.MARK)
 
 def test_the_command_line_and_server_import_neither_rich_nor_greenlet(tmp_path: Path) -> None:
     """structlog imports rich and greenlet where they are installed, and the SDK's MCPServer rich (tens of
-    milliseconds of every start, meta_agent.unimported); the command line and our server hide them from those imports
+    milliseconds of every start, meta_agent.shared.unimported); the command line and our server hide them from those imports
     only. Stand-ins on the path show whether anything took them, and that a later import still finds them."""
     for name in ("rich", "greenlet"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(f"MARK = 'stand-in-{name}'\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    # a run of these tests against another work tree's source keeps that source, after the stand-ins
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
         [sys.executable, "-c", RICH_PROBE], capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env
     )

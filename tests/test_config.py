@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from meta_agent.config import ServerEntry, load_servers, load_settings, parse_servers
+from meta_agent.config.servers import ServerEntry, load_servers, parse_servers
+from meta_agent.config.settings import load_settings
 from meta_agent.errors import ConfigError
-from meta_agent.validation import problem
+from meta_agent.shared.validation import problem
 
 pytestmark = pytest.mark.quick
 

@@ -18,7 +18,7 @@ from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import (
     AssistantMessage,
     ModelRequest,
@@ -34,9 +34,9 @@ from meta_agent.front.server import build_server
 from meta_agent.front.tool_results import NOT_REMEMBERED
 from meta_agent.providers.scripted import ScriptedProvider
 from meta_agent.records import transcripts
-from meta_agent.records.conversations import Conversations, default_path
-from meta_agent.records.database import SqliteDatabase
 from meta_agent.records.transcripts import trim
+from meta_agent.store.conversations import Conversations, default_path
+from meta_agent.store.database import SqliteDatabase
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 
@@ -336,8 +336,8 @@ from pathlib import Path
 
 import anyio
 
-from meta_agent.records.conversations import Conversations
-from meta_agent.records.database import SqliteDatabase
+from meta_agent.store.conversations import Conversations
+from meta_agent.store.database import SqliteDatabase
 from meta_agent.core.messages import AssistantMessage, UserMessage
 
 

@@ -21,12 +21,13 @@ from mcp.shared.exceptions import MCPError
 from postgres_cluster import Cluster
 from replicas import fault_config, read_run, replica_environ
 
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config.servers import ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import AssistantMessage, UserMessage
 from meta_agent.errors import ConfigError
 from meta_agent.front.server import build_server
-from meta_agent.records.conversations import Conversations
-from meta_agent.records.database import (
+from meta_agent.store.conversations import Conversations
+from meta_agent.store.database import (
     MIGRATIONS,
     Database,
     PostgresDatabase,
@@ -35,7 +36,7 @@ from meta_agent.records.database import (
     check,
     redacted,
 )
-from meta_agent.records.run_index import RunIndex
+from meta_agent.store.run_index import RunIndex
 
 pytestmark = pytest.mark.anyio
 

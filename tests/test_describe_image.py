@@ -18,8 +18,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from threaded_web import ThreadedWeb
 
-from meta_agent.addresses import parse_networks
-from meta_agent.config import Settings, load_settings
+from meta_agent.config.settings import Settings, load_settings
 from meta_agent.core.limits import Limits
 from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.messages import ModelResponse, ToolCall, ToolMessage
@@ -29,7 +28,8 @@ from meta_agent.internal import LEFT_OUT, internal_tools
 from meta_agent.internal.describe_image import DEFAULT_QUESTION, SYSTEM, describe_image_tool
 from meta_agent.internal.images import FetchLimits
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.toolbox import Toolbox, ToolCaller
+from meta_agent.shared.addresses import parse_networks
+from meta_agent.toolbox.build import Toolbox, ToolCaller
 
 pytestmark = pytest.mark.anyio
 
@@ -311,7 +311,7 @@ async def test_describe_image_is_offered_selected_and_withheld_like_image_gen(mo
         for name, value in setting.items():
             monkeypatch.setenv(name, value)
         async with Engine(load_settings(), {}, {}) as engine:
-            tools = {tool["name"]: tool for tool in engine.describe()["tools"]}
+            tools = {tool["name"]: tool for tool in engine.toolbox.describe()["tools"]}
             assert "describe_image" not in [spec.name for spec in engine.toolbox().select()]
         assert (tools["describe_image"]["enabled"], tools["describe_image"]["withheld"]) == (False, why)
         for name in setting:

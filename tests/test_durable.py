@@ -1,4 +1,4 @@
-"""Durable runs on PostgreSQL (records/durable.py; README, Replicas on PostgreSQL): real `meta-agent serve --transport http` replicas on
+"""Durable runs on PostgreSQL (durable/runs.py; README, Replicas on PostgreSQL): real `meta-agent serve --transport http` replicas on
 one database, one SIGKILLed in the middle of a run; the other finishes the run from its last completed step, a call
 that changed things before the kill is not made again, and the result is read from any replica."""
 
@@ -21,11 +21,12 @@ from mcp import Client
 from postgres_cluster import Cluster
 from replicas import done_run, fault_config, replica, replica_environ
 
-from meta_agent.config import ServerEntry, Settings, load_servers
+from meta_agent.config.servers import ServerEntry, load_servers
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError
-from meta_agent.records.database import PostgresDatabase
-from meta_agent.records.run_index import RunIndex
+from meta_agent.store.database import PostgresDatabase
+from meta_agent.store.run_index import RunIndex
 
 pytestmark = pytest.mark.anyio
 
@@ -299,13 +300,13 @@ async def test_a_resumed_run_whose_engine_stops_is_left_for_another_replica_not_
     settings = Settings(model="openai:fake-model", database_url=database_url, trace_dir=tmp_path, lease_seconds=1)
     async with Engine(settings, load_servers(waiting.config, os.environ), openai_env(llm)) as engine:
         with anyio.fail_after(30):  # until it runs the run again (its replica's mark lapsed)
-            while not pg_cluster.psql(database_url, row).startswith(f"{engine.runs.replica}|running|"):
+            while not pg_cluster.psql(database_url, row).startswith(f"{engine.index.replica}|running|"):
                 await anyio.sleep(0.05)
             # its row taken as lapsed meanwhile (its mark is short, a loaded machine slow): this replica runs it, so
             # it is not handed on (to be run twice, and left queued when this engine stops)
             assert engine.durable is not None
-            await engine.durable._resume(waiting.run_id, engine.runs.replica)
-    assert pg_cluster.psql(database_url, row) == f"{engine.runs.replica}|running||0"
+            await engine.durable._resume(waiting.run_id, engine.index.replica)
+    assert pg_cluster.psql(database_url, row) == f"{engine.index.replica}|running||0"
     status = f"select status from dbos.workflow_status where workflow_uuid = '{waiting.run_id}'"
     assert pg_cluster.psql(database_url, status) == "PENDING"
     with replica(waiting.config, waiting.environ) as (_, url, _):

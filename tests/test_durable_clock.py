@@ -1,4 +1,4 @@
-"""A durable run's time limit counts from its first start (records/durable_steps.py RunSteps.elapsed):
+"""A durable run's time limit counts from its first start (durable/steps.py RunSteps.elapsed):
 a run resumed after its replica died gets no fresh clock. Its replay meets the limit no earlier than the first
 execution did, and the step after the replay is bounded by what is left of the limit, the downtime counted."""
 

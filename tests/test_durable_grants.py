@@ -1,5 +1,5 @@
 """A tool the person at the terminal trusted for the rest of a durable run (`meta-agent run`, answer `t`) stays
-trusted when the run is resumed by a replica after its process died (records/durable_steps.py `_Approvals`): the
+trusted when the run is resumed by a replica after its process died (durable/steps.py `_Approvals`): the
 replayed verdict grants it again, where nobody is left to ask."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Durable runs through a database outage (records/durable.py, records/run_index.py): real `meta-agent serve --transport
+"""Durable runs through a database outage (durable/runs.py, store/run_index.py): real `meta-agent serve --transport
 http` replicas on a PostgreSQL cluster of this module's own, stopped in the middle of a run and started again. A
 change that completed during the outage is recorded once the database is back and never made again (the gated child's
 file counts the calls), the caller gets the run's result, /health says 503 while the database cannot be reached and
@@ -31,8 +31,8 @@ from mcp import Client
 from postgres_cluster import Cluster, started_cluster
 from replicas import done_run, fault_config, replica, replica_environ
 
-from meta_agent.records.database import PostgresDatabase
-from meta_agent.records.run_index import RunIndex
+from meta_agent.store.database import PostgresDatabase
+from meta_agent.store.run_index import RunIndex
 
 pytestmark = pytest.mark.anyio
 GATED_SERVER = TESTS / "fixtures" / "gated_server.py"

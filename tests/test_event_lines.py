@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from meta_agent.core.event_lines import ARGUMENTS_SHOWN, arguments_line
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
 
 pytestmark = pytest.mark.quick
 

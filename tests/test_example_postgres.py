@@ -27,7 +27,8 @@ from fault_server import TINY_PNG
 from mcp import Client
 from postgres_cluster import Cluster, unavailable
 
-from meta_agent.config import Settings, load_servers
+from meta_agent.config.servers import load_servers
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import ModelRequest, ModelResponse, TextPart, ToolCall, ToolMessage
 from meta_agent.front.server import build_server
 from meta_agent.providers.scripted import ScriptedProvider

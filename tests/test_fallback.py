@@ -19,7 +19,7 @@ from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
 from mcp.client import Client
 from wire_rules import chat_problem, messages_problems
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]

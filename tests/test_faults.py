@@ -62,7 +62,7 @@ from fault_server import GARBAGE
 from fault_tally import TALLY
 from mcp import Client
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.core.tool_call import HEAD_CHARS
 from meta_agent.engine import Engine
 from meta_agent.errors import PatternError

@@ -42,7 +42,7 @@ from fault_harness import (  # noqa: F401  (this module's fixtures)
 )
 from fault_tally import TALLY
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.front.http_app import http_app
 from meta_agent.front.server import build_server

@@ -26,7 +26,7 @@ from fault_harness import WAIT, group, injecting, log_to_a_list  # noqa: F401  (
 from fault_tally import TALLY
 
 from meta_agent.children.pool import ChildPool
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 from meta_agent.errors import ChildProtocolError
 from meta_agent.records.log_repeats import SOURCE_BUDGET
 

@@ -25,7 +25,7 @@ from fake_llm import FakeLLM
 from fault_harness import LOG, MODEL, WAIT, group, injecting, log_to_a_list  # noqa: F401  (this module's fixtures)
 from fault_tally import TALLY
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.front import http_limits
 from meta_agent.front.http import serve_http
 from meta_agent.front.http_app import http_app

@@ -27,7 +27,7 @@ from fault_tally import TALLY
 from webhook_receiver import Receiver
 
 from meta_agent.children.webhooks import Webhooks
-from meta_agent.config import parse_servers
+from meta_agent.config.servers import parse_servers
 from meta_agent.errors import ChildError
 
 pytestmark = pytest.mark.anyio

@@ -25,7 +25,7 @@ from fault_harness import MODEL, WAIT, group, injecting, log_to_a_list  # noqa: 
 from fault_tally import TALLY
 from mcp import Client
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio

@@ -36,7 +36,7 @@ from fault_tally import TALLY
 from handle_llm import HandleLLM
 from hostile_schema_server import ALTERNATING, NESTED
 
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 
 pytestmark = pytest.mark.anyio
 

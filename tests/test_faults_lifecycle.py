@@ -34,7 +34,8 @@ from fault_tally import TALLY
 from test_cli import processes_with
 
 from meta_agent.children.supervisor import ChildServer
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config.servers import ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ChildDied
 

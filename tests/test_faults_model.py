@@ -34,7 +34,7 @@ from fault_harness import (  # noqa: F401  (this module's fixtures)
 from fault_tally import TALLY
 from mcp import Client
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import MAX_ARGUMENT_DEPTH
 from meta_agent.front.server import build_server
 

@@ -43,11 +43,11 @@ from fault_harness import (  # noqa: F401  (this module's fixtures)
 from fault_tally import TALLY
 from mcp import Client
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.front.server import build_server
-from meta_agent.records import trustfile
-from meta_agent.toolbox import definition_of
+from meta_agent.store import trustfile
+from meta_agent.toolbox.build import definition_of
 
 pytestmark = pytest.mark.anyio
 

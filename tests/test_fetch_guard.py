@@ -27,7 +27,7 @@ from starlette.responses import RedirectResponse
 from starlette.routing import Route
 from threaded_web import ThreadedWeb
 
-from meta_agent.config import Settings, load_settings
+from meta_agent.config.settings import Settings, load_settings
 from meta_agent.core.messages import ImagePart, ModelResponse, TextPart, ToolCall, ToolMessage
 from meta_agent.core.tools import RunContext, ToolOutcome
 from meta_agent.errors import ConfigError, ImageGenError

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fault_server import TINY_PNG
 
-from meta_agent.addresses import parse_networks
 from meta_agent.internal.guarded_http import tls_context
 from meta_agent.internal.images import FetchLimits, ImageRefused, fetch_image
+from meta_agent.shared.addresses import parse_networks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 

@@ -21,7 +21,7 @@ from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
 from meta_agent.records.logs import configure_logging, forward_to_taps
 from meta_agent.records.traces import REDACTED
@@ -113,7 +113,7 @@ async def test_a_session_that_sets_a_level_gets_our_lines_tagged_and_redacted(ll
         # The run's lines precede its result, each tagged with its run id.
         assert heard.events(run_id)[0] == "run_started" and heard.events(run_id)[-1] == "run_finished"
         started = next(line for line in heard.lines if line.data["event"] == "run_started")
-        assert (started.level, started.logger, started.data["mode"]) == ("info", "meta_agent.engine", "agent")
+        assert (started.level, started.logger, started.data["mode"]) == ("info", "meta_agent.engine.runs", "agent")
         # The child's stderr is logged outside any request: it goes to the session, redacted.
         stderr = await heard.wait_for("child_stderr")
         assert stderr.data["line"] == f"leaking {REDACTED}" and stderr.data["server"] == "f"

@@ -17,7 +17,7 @@ from conftest import TESTS, ProgressLog
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 
-from meta_agent.config import parse_servers
+from meta_agent.config.servers import parse_servers
 
 pytestmark = pytest.mark.anyio
 ROOT = TESTS.parent

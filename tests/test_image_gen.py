@@ -16,7 +16,7 @@ from fault_server import TINY_PNG
 from mcp import Client
 from structlog.testing import capture_logs
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import ImagePart, TextPart
 from meta_agent.errors import ImageGenError, ProviderAuthError, ProviderBadRequest, ProviderUnavailable
 from meta_agent.front.server import build_server

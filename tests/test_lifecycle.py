@@ -33,7 +33,7 @@ from test_cli import processes_with
 
 from meta_agent.children.pool import ChildPool
 from meta_agent.children.stdio import running_children, stdio_child
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 
 pytestmark = pytest.mark.anyio
 

@@ -37,7 +37,7 @@ from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, T
 from meta_agent.errors import ProviderUnavailable, ScriptError
 from meta_agent.internal.read_result import READ_RESULT
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.toolbox import Toolbox, ToolCaller
+from meta_agent.toolbox.build import Toolbox, ToolCaller
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 _ids = itertools.count(1)

@@ -18,7 +18,7 @@ from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.messages import ModelRequest, ModelResponse, ToolCall, ToolMessage, Usage
 from meta_agent.core.result import RunResult
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.toolbox import Toolbox, ToolCaller
+from meta_agent.toolbox.build import Toolbox, ToolCaller
 
 pytestmark = pytest.mark.anyio
 _ids = itertools.count(1)

@@ -15,9 +15,10 @@ import meta_agent.core
 # Every module of the core folder, found on disk so a new one cannot be forgotten, and the helpers it may use.
 CORE = (
     *sorted(f"meta_agent.core.{info.name}" for info in pkgutil.iter_modules(meta_agent.core.__path__)),
-    "meta_agent.text",
+    "meta_agent.shared.text",
     "meta_agent.errors",
-    "meta_agent.config",
+    "meta_agent.config.servers",
+    "meta_agent.config.settings",
 )
 EDGES = ("mcp", "openai", "anthropic")
 

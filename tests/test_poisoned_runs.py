@@ -1,4 +1,4 @@
-"""A poisoned durable run (records/durable.py): a step that stalls whichever replica runs it takes each
+"""A poisoned durable run (durable/runs.py): a step that stalls whichever replica runs it takes each
 replica down in turn (the watchdog ends it with status 70, its supervisor starts it again); after
 META_AGENT_MAX_RESUMES hand-ons the run is given up for good, says where it was, and the replicas serve again."""
 
@@ -20,8 +20,8 @@ from postgres_cluster import Cluster
 from replicas import fault_config, replica_environ
 
 from meta_agent.cli.watchdog import EXIT_STALLED
-from meta_agent.records.database import PostgresDatabase
-from meta_agent.records.run_index import RunIndex
+from meta_agent.store.database import PostgresDatabase
+from meta_agent.store.run_index import RunIndex
 
 STALLING_SERVE = TESTS / "fixtures" / "stalling_serve.py"
 MAX_RESUMES = 2

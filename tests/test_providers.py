@@ -17,7 +17,7 @@ from mcp import Client
 from wire_rules import chat_problem, messages_problems
 
 from meta_agent.children.pool import ChildPool
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.core.loop import RunRequest, run
 from meta_agent.core.messages import (
     AssistantMessage,
@@ -43,7 +43,7 @@ from meta_agent.errors import (
 )
 from meta_agent.front.server import build_server
 from meta_agent.providers import DETAIL_SHOWN, make_provider, resolve_provider
-from meta_agent.toolbox import Toolbox, ToolCaller
+from meta_agent.toolbox.build import Toolbox, ToolCaller
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 FAST_RETRY = {"retry_after_ms": "1"}  # both SDKs honour retry-after-ms, so retries in tests take no time

@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from meta_agent import Settings, build_server
 from meta_agent.children.pool import ChildPool
-from meta_agent.config import load_servers
+from meta_agent.config.servers import load_servers
 from meta_agent.front.server import TOOLBOX_URI, MetaAgentServer
 
 pytestmark = pytest.mark.anyio
@@ -190,7 +190,7 @@ async def test_a_run_keeps_its_tools_and_a_call_to_a_child_removed_meanwhile_is_
             tg.start_soon(call)
             await progress.until("step 1 · call b.slow")
             write_config(path, {"a": FAULT})
-            server.engine.request_reload()
+            server.engine.toolbox.request_reload()
             await until_toolbox(client, lambda box: states(box) == {"a": "ready"})
     told = [request.body["messages"][-1]["content"] for request in llm.requests[1:]]
     assert told[0] == "slept 3.0"  # the call in flight ended on the child it began on

@@ -13,7 +13,7 @@ from fake_llm import FakeLLM, anthropic_reply, error_body, responses_reply
 from mcp.client import Client
 from wire_rules import messages_problems, responses_problems
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import ModelRequest, UserMessage
 from meta_agent.errors import ProviderError, ProviderRateLimited, ProviderUnavailable
 from meta_agent.front.server import build_server

@@ -24,7 +24,8 @@ from mcp import Client
 from starlette.requests import Request
 from starlette.responses import Response
 
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config.servers import ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.core import tool_call
 from meta_agent.core.messages import ImagePart, TextPart
 from meta_agent.core.tools import RunContext, ToolOutcome

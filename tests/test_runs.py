@@ -22,7 +22,7 @@ from fake_llm import FakeLLM, error_body, openai_reply
 from test_cli import processes_with
 
 from meta_agent.cli.main import main
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ProviderBadRequest
 
@@ -286,8 +286,8 @@ def test_with_a_shared_database_runs_lists_every_replicas_runs_and_tells_one_run
 ) -> None:
     """A run of this process (its trace here), and one another replica runs (no trace here): both listed from the
     database; the other's told from its record there."""
-    from meta_agent.records.database import PostgresDatabase
-    from meta_agent.records.run_index import RunIndex
+    from meta_agent.store.database import PostgresDatabase
+    from meta_agent.store.run_index import RunIndex
 
     llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "hello"})))
     llm.reply(openai_reply("It said hello."))

@@ -25,13 +25,15 @@ from structlog.testing import capture_logs
 from test_cli import processes_with
 
 from meta_agent.children import pool
-from meta_agent.config import ServerEntry, Settings, ToolFilter
+from meta_agent.config.servers import ServerEntry, ToolFilter
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import MAX_ARGUMENT_CHARS, ModelResponse
 from meta_agent.front.server import build_server
 from meta_agent.providers import openai as openai_provider
 from meta_agent.providers.scripted import ScriptedProvider
-from meta_agent.records import run_history, trustfile
-from meta_agent.toolbox import definition_of
+from meta_agent.records import run_history
+from meta_agent.store import trustfile
+from meta_agent.toolbox.build import definition_of
 
 pytestmark = pytest.mark.anyio
 ERAS = ["2026-07-28", "legacy"]

@@ -1,4 +1,4 @@
-"""Approvals of 2026-07-28 callers answered through any replica (records/parking.py): real
+"""Approvals of 2026-07-28 callers answered through any replica (store/parking.py): real
 `meta-agent serve --transport http` replicas on one PostgreSQL database, a run parked on one and its rounds driven
 through the other, as a load balancer without sticky sessions would spread them."""
 

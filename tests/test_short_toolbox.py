@@ -23,7 +23,8 @@ from conftest import FAULT_SERVER, ProgressLog, fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config.servers import ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio

@@ -17,7 +17,8 @@ from structured_server import ROWS, ROWS_TEXT
 from test_example_postgres import CONFIG, Q3_WINNER, Shop, example_environ, shop  # noqa: F401  (a fixture)
 from test_example_postgres import SERVER as POSTGRES_MCP
 
-from meta_agent.config import ServerEntry, Settings, load_servers
+from meta_agent.config.servers import ServerEntry, load_servers
+from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 
 pytestmark = pytest.mark.anyio

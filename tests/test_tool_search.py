@@ -17,7 +17,8 @@ from fake_llm import FakeLLM, Seen, openai_reply
 from many_tools import tools
 from mcp import Client
 
-from meta_agent.config import ServerEntry, Settings, ToolFilter, load_servers, parse_servers
+from meta_agent.config.servers import ServerEntry, ToolFilter, load_servers, parse_servers
+from meta_agent.config.settings import Settings
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tool_search import AUTO_THRESHOLD, ToolIndex, search_on, tokenize
 from meta_agent.core.tools import ToolHints, ToolSpec
@@ -300,9 +301,9 @@ async def test_the_index_follows_the_toolbox_across_a_reload(tmp_path: Path, llm
         assert server.engine is not None
         engine = server.engine
         grown = anyio.Event()
-        engine.on_toolbox_change(lambda: "m.restore_payroll_run" in engine.toolbox().by_name and grown.set())
+        engine.toolbox.on_change(lambda: "m.restore_payroll_run" in engine.toolbox().by_name and grown.set())
         write(200)
-        engine.request_reload()
+        engine.toolbox.request_reload()
         with anyio.fail_after(30):
             await grown.wait()
         llm.requests.clear()

@@ -8,12 +8,14 @@ import pytest
 from conftest import everything_entry, fault_entry, time_entry
 
 from meta_agent.children.pool import ChildPool
-from meta_agent.config import Settings, ToolFilter
+from meta_agent.config.servers import ToolFilter
+from meta_agent.config.settings import Settings
 from meta_agent.core.tools import ToolHints, ToolSpec
-from meta_agent.engine import LEFT_OUT, Engine
+from meta_agent.engine import Engine
 from meta_agent.errors import ChildDied, PatternError
+from meta_agent.internal import LEFT_OUT
 from meta_agent.internal.image_gen import IMAGE_GEN
-from meta_agent.toolbox import ALIAS, Toolbox, alias_for, may_name_server, withheld_child_tools
+from meta_agent.toolbox.build import ALIAS, Toolbox, alias_for, may_name_server, withheld_child_tools
 
 pytestmark = pytest.mark.quick
 
@@ -184,10 +186,10 @@ async def test_a_child_that_went_down_keeps_what_it_listed_as_withheld() -> None
     }
     async with Engine(Settings(internal_tools=""), servers, {}, restart=False) as engine:
         await engine.pool.wait_settled()
-        ready = {tool["name"]: tool["enabled"] for tool in engine.describe()["tools"]}
+        ready = {tool["name"]: tool["enabled"] for tool in engine.toolbox.describe()["tools"]}
         with pytest.raises(ChildDied):
             await engine.pool["f"].call("crash", {})
-        box = engine.describe()
+        box = engine.toolbox.describe()
         assert engine.toolbox().select() == []  # the loop sees none of them
     assert ready["f.echo"] is True and ready["f.hang"] is False
     assert {s["name"]: s["status"] for s in box["servers"]} == {"f": "failed", "off": "disabled", "never": "failed"}

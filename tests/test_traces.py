@@ -19,7 +19,8 @@ from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from ulid import ULID
 
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config.servers import ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.core.events import LimitReached, RunFailed, RunStarted, ToolCallStarted
 from meta_agent.engine import Engine
 from meta_agent.records import trace_values

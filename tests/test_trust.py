@@ -13,12 +13,12 @@ from conftest import FAULT_SERVER, fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError
 from meta_agent.front.server import build_server
-from meta_agent.records import trustfile
-from meta_agent.toolbox import definition_of
+from meta_agent.store import trustfile
+from meta_agent.toolbox.build import definition_of
 
 
 def fault(*flags: str) -> dict:
@@ -219,8 +219,8 @@ async def test_a_trust_file_that_cannot_be_read_fails_closed(tmp_path: Path) -> 
             "meta-agent trust 'never' as last read; the trust file cannot be read now"
         )
         assert box.problems[0].startswith(f"{path}: cannot read the trust file: ")
-        assert engine.describe()["trust_file"] == {"path": str(path), "problem": box.problems[0]}
+        assert engine.toolbox.describe()["trust_file"] == {"path": str(path), "problem": box.problems[0]}
 
         path.write_text(path.read_text().replace(",,", ","))  # fixed
         assert {name: engine.toolbox().by_name[name].trust for name in levels} == levels
-        assert engine.trust_problem is None and not engine.toolbox().problems
+        assert engine.toolbox.trust_problem is None and not engine.toolbox().problems

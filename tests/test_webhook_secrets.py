@@ -22,7 +22,8 @@ from mcp import Client
 from webhook_receiver import Receiver
 
 from meta_agent.children.webhooks import Webhooks
-from meta_agent.config import Settings, parse_servers
+from meta_agent.config.servers import parse_servers
+from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
 from meta_agent.errors import ChildError
 

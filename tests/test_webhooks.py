@@ -24,7 +24,8 @@ from webhook_receiver import Receiver
 
 from meta_agent import Engine
 from meta_agent.children.webhooks import MAX_ANSWER_BYTES, Webhooks
-from meta_agent.config import Servers, Settings, WebhookEntry, load_servers, parse_servers
+from meta_agent.config.servers import Servers, WebhookEntry, load_servers, parse_servers
+from meta_agent.config.settings import Settings
 from meta_agent.core.messages import ModelResponse, ToolCall
 from meta_agent.errors import ChildError, ChildTimeout, ChildUnavailable
 from meta_agent.front.server import build_server
@@ -216,8 +217,8 @@ async def test_plan_and_ask_never_see_a_webhook_and_trust_applies_as_to_a_childs
     )
     settings = Settings(internal_tools="", trace_dir=tmp_path)
     async with Engine(settings, servers, {}, provider=provider) as engine:
-        assert engine.select(None, "plan") == [] and engine.select(None, "ask") == []
-        agent = {spec.name: spec for spec in engine.select(None, "agent")}
+        assert engine.toolbox.select(None, "plan") == [] and engine.toolbox.select(None, "ask") == []
+        agent = {spec.name: spec for spec in engine.toolbox.select(None, "agent")}
         assert {name: spec.trust for name, spec in agent.items()} == {
             "webhooks.notify": "ask",
             "webhooks.deploy": "always",

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from meta_agent.version import __version__
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr__ below
-    from meta_agent.config import ServerEntry, Settings, load_servers, load_settings
+    from meta_agent.config.servers import ServerEntry, load_servers
+    from meta_agent.config.settings import Settings, load_settings
     from meta_agent.core.events import (
         ApprovalAnswered,
         ApprovalRequested,
@@ -201,7 +202,7 @@ if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise take a
 
     def __getattr__(name: str) -> Any:
         """A public name, imported from its module the first time it is asked for, then kept here."""
-        if name not in __all__:  # `from meta_agent import bounded_lines` asks here before importing the submodule
+        if name not in __all__:  # `from meta_agent import shared` asks here before importing the submodule
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         if not _homes:
             _homes.update(_read_homes())

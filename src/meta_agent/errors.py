@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from meta_agent.text import first_line
+from meta_agent.shared.text import first_line
 
 # The limit a `LimitExceeded` names: each is also the stop reason of the run it ends (core.result.StopReason).
 LimitReason = Literal["max_steps", "token_budget", "deadline"]

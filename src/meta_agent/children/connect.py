@@ -23,7 +23,7 @@ from meta_agent.children.failures import Clues, StartFailure, describe_exception
 from meta_agent.children.questions import QuestionRelay
 from meta_agent.children.stderr import LINE_MAX, stderr_pipe
 from meta_agent.children.stdio import stdio_child
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 from meta_agent.errors import ChildProtocolError
 
 log = structlog.get_logger(__name__)

@@ -17,10 +17,10 @@ import mcp.types as t
 import pydantic
 from mcp.shared.exceptions import MCPError
 
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 from meta_agent.errors import leaf, summary
-from meta_agent.text import first_line, one_line
-from meta_agent.validation import refusal
+from meta_agent.shared.text import first_line, one_line
+from meta_agent.shared.validation import refusal
 
 # Stderr lines kept per child, to explain a failed start.
 STDERR_TAIL = 20

@@ -22,7 +22,7 @@ import anyio
 
 from meta_agent.children.supervisor import SETTLE_GRACE, START_TIMEOUT, ChildServer
 from meta_agent.children.webhooks import Webhooks
-from meta_agent.config import ServerEntry, webhooks_of
+from meta_agent.config.servers import ServerEntry, webhooks_of
 
 
 @dataclass(frozen=True)

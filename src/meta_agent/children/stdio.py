@@ -37,8 +37,8 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.shared.message import SessionMessage
 
-from meta_agent.bounded_lines import lines_within
 from meta_agent.children.stdout import LINE_LIMIT, received
+from meta_agent.shared.bounded_lines import lines_within
 
 log = structlog.get_logger(__name__)
 

@@ -1,8 +1,8 @@
 """A stdio child's stdout, line by line: each line a JSON-RPC message for the session, or the error reading it.
 
-No line is held past `LINE_LIMIT`: a longer one is dropped as its bytes come (meta_agent.bounded_lines) and handed
-on as an `OverlongLine` error, which the session reports as the child's bad output (one log line; the connection goes
-on). If that line was the child's answer to one of our requests, that request gets an error in the child's place at
+No line is held past `LINE_LIMIT`: a longer one is dropped as its bytes come (meta_agent.shared.bounded_lines) and
+handed on as an `OverlongLine` error, which the session reports as the child's bad output (one log line; the connection
+goes on). If that line was the child's answer to one of our requests, that request gets an error in the child's place at
 once, so that its caller is not left waiting for the call's timeout: the id is read from the line's first and last
 bytes, where a response's short members sit beside its one large value, whichever order its SDK writes them in.
 """
@@ -15,7 +15,7 @@ import mcp.types as t
 from mcp import StdioServerParameters
 from mcp.shared.message import SessionMessage
 
-from meta_agent.bounded_lines import Overlong
+from meta_agent.shared.bounded_lines import Overlong
 
 # The longest line read from a child, in bytes: what one message may take in memory before it is parsed. As for a
 # host (front/stdio_lines.py): a result this long is more than a model reads whole, and a child writing without end

@@ -39,7 +39,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from meta_agent.children.connect import Hooks, connect, list_all_tools
 from meta_agent.children.failures import Clues, describe_exception, describe_failure, first_error
 from meta_agent.children.questions import QuestionRelay, Questions
-from meta_agent.config import ServerEntry
+from meta_agent.config.servers import ServerEntry
 from meta_agent.core.tools import ProgressFn
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
 

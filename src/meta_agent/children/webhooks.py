@@ -27,12 +27,12 @@ import anyio
 import httpx2
 import mcp.types as t
 
-from meta_agent.config import WebhookEntry
+from meta_agent.config.servers import WebhookEntry
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tools import WEBHOOKS, ProgressFn
 from meta_agent.errors import ChildError, ChildTimeout, ChildUnavailable
 from meta_agent.records.logs import hide, redacted
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
 from meta_agent.version import __version__
 
 if TYPE_CHECKING:

@@ -30,13 +30,14 @@ from meta_agent.cli.terminal import (
     print_toolbox,
     webhook_line,
 )
-from meta_agent.config import ServerEntry, Settings, check_glob, webhooks_of
+from meta_agent.config.servers import ServerEntry, check_glob, webhooks_of
+from meta_agent.config.settings import Settings
 from meta_agent.core.tools import WEBHOOKS
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
-from meta_agent.records import trustfile
-from meta_agent.text import plural
-from meta_agent.toolbox import Toolbox, definition_of, may_name_server
+from meta_agent.shared.text import plural
+from meta_agent.store import trustfile
+from meta_agent.toolbox.build import Toolbox, definition_of, may_name_server
 
 log = structlog.get_logger(__name__)
 
@@ -107,14 +108,15 @@ async def list_tools(args: argparse.Namespace, settings: Settings, servers: dict
     engine = Engine(
         settings, servers, os.environ, restart=False, start_timeout=args.start_timeout, trust_file=args.trust_file
     )
+    toolbox = engine.toolbox
     async with engine:
         await engine.pool.wait_settled()
         if args.json:
-            print(json.dumps(engine.describe(), indent=2))
+            print(json.dumps(toolbox.describe(), indent=2))
         else:
-            print_toolbox(engine.toolbox(), engine.pool, sys.stdout, engine.withheld_specs())
-    if engine.trust_problem:  # bad input, though the toolbox above shows the levels that apply meanwhile
-        return fail(engine.trust_problem, EXIT_USAGE)
+            print_toolbox(toolbox(), engine.pool, sys.stdout, toolbox.withheld_specs())
+    if toolbox.trust_problem:  # bad input, though the toolbox above shows the levels that apply meanwhile
+        return fail(toolbox.trust_problem, EXIT_USAGE)
     return 0
 
 

@@ -24,12 +24,13 @@ from typing import Any, NoReturn
 import anyio
 
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fail, guard_standard_streams, note
-from meta_agent.config import DEFAULT_START_TIMEOUT, load_servers, load_settings
+from meta_agent.config.servers import DEFAULT_START_TIMEOUT, load_servers
+from meta_agent.config.settings import load_settings
 from meta_agent.errors import ConfigError, ModelNotConfigured
-from meta_agent.records import trustfile
 from meta_agent.records.logs import configure_logging
-from meta_agent.records.trustfile import TRUST_LEVELS, trust_path
-from meta_agent.text import plural
+from meta_agent.shared.text import plural
+from meta_agent.store import trustfile
+from meta_agent.store.trustfile import TRUST_LEVELS, trust_path
 from meta_agent.version import __version__
 
 # Windows delivers no signal to an event loop (anyio.open_signal_receiver is POSIX-only; there is no SIGHUP): Ctrl-C
@@ -179,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "tools":  # likewise a broken trust file; `tools` shows what it does to the levels
             trustfile.load(args.trust_file)
         if settings.database_url and args.command in ("serve", "run"):  # and a shared database it cannot use
-            from meta_agent.records.database import check
+            from meta_agent.store.database import check
 
             check(settings.database_url)
         if args.command in ("serve", "run"):  # and model settings that cannot work, before any child starts
@@ -274,7 +275,7 @@ async def _until_signalled(stops: tuple[signal.Signals, ...], command: Command, 
                     async for signum in signals:
                         if not received:
                             received.append(signum)
-                            from meta_agent.records.run_index import process_stopping
+                            from meta_agent.store.run_index import process_stopping
 
                             process_stopping()  # its runs are interrupted, not cancelled by their callers
                             work.cancel()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from meta_agent.cli.terminal import EXIT_USAGE, fail, note
-from meta_agent.config import load_settings
+from meta_agent.config.settings import load_settings
 from meta_agent.errors import ConfigError
 from meta_agent.records.run_history import (
     Answered,
@@ -37,10 +37,10 @@ from meta_agent.records.run_history import (
     recent,
 )
 from meta_agent.records.traces import default_trace_dir
-from meta_agent.text import first_line, one_line, plural, printable, some_of
+from meta_agent.shared.text import first_line, one_line, plural, printable, some_of
 
 if TYPE_CHECKING:
-    from meta_agent.records.run_index import RunIndex, RunState
+    from meta_agent.store.run_index import RunIndex, RunState
 
 SHOWN = 300  # characters of a tool result or an answer shown in `runs show`
 TASK_SHOWN = 60  # characters of a run's task in the `runs` listing
@@ -115,8 +115,8 @@ def _indexed(url: str, run_id: str) -> RunState | None:
 
 @contextmanager
 def _index(url: str) -> Iterator[RunIndex]:
-    from meta_agent.records.database import PostgresDatabase
-    from meta_agent.records.run_index import RunIndex
+    from meta_agent.store.database import PostgresDatabase
+    from meta_agent.store.run_index import RunIndex
 
     database = PostgresDatabase(url)
     try:

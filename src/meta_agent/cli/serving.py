@@ -19,7 +19,8 @@ import anyio
 import structlog
 
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, fail
-from meta_agent.config import ServerEntry, Settings
+from meta_agent.config.servers import ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.errors import ConfigError
 
 MAX_PORT = 65535
@@ -84,7 +85,7 @@ def _watched(server: MetaAgentServer, settings: Settings) -> AbstractAsyncContex
 
     def in_progress() -> list[str]:
         engine = server.engine
-        return [] if engine is None else engine.in_progress()
+        return [] if engine is None else engine.runs.in_progress()
 
     return watching_the_loop(settings.stall_seconds, in_progress, settings.trace_dir or default_trace_dir())
 
@@ -110,7 +111,7 @@ async def _reloading_on_hangup(server: MetaAgentServer) -> AsyncIterator[None]:
         async for _ in hangups:
             if server.engine is not None:
                 log.info("reload_requested", signal=RELOAD_SIGNAL.name)
-                server.engine.request_reload()
+                server.engine.toolbox.request_reload()
 
     try:
         with anyio.open_signal_receiver(RELOAD_SIGNAL) as hangups:

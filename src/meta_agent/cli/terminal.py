@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 from meta_agent.core import events as ev
 from meta_agent.core.event_lines import describe
 from meta_agent.core.result import RunResult
-from meta_agent.text import plural
+from meta_agent.shared.text import plural
 
 if TYPE_CHECKING:  # types only: the main module imports this one, and must not load the MCP SDK for `--help`
     from meta_agent.children.pool import ChildPool
     from meta_agent.children.supervisor import ChildStatus
-    from meta_agent.config import WebhookEntry
+    from meta_agent.config.servers import WebhookEntry
     from meta_agent.core.tools import ToolSpec
-    from meta_agent.toolbox import Toolbox
+    from meta_agent.toolbox.build import Toolbox
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

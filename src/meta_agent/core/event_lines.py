@@ -8,7 +8,7 @@ from typing import Any
 
 from meta_agent.core import events as ev
 from meta_agent.core.result import UnavailableServer, unavailable_line
-from meta_agent.text import one_line, plural
+from meta_agent.shared.text import one_line, plural
 
 ARGUMENTS_SHOWN = 160
 TEXT_SHOWN = 160

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass
 
 from meta_agent.errors import LimitExceeded
-from meta_agent.text import plural
+from meta_agent.shared.text import plural
 
-# The defaults the README gives (Settings, MCP tools), stated once: the settings (config.py) and the loop both take
-# them from here.
+# The defaults the README gives (Settings, MCP tools), stated once: the settings (config/settings.py) and the loop
+# both take them from here.
 DEFAULT_MAX_STEPS = 10
 DEFAULT_PLAN_STEPS = 4
 # More calls than this in one model turn is a model gone astray; the extra calls are refused, not run.

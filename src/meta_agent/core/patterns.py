@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
 
 if TYPE_CHECKING:
     from jsonschema import FormatChecker

@@ -30,7 +30,7 @@ from meta_agent.core.policy import decide
 from meta_agent.core.result import ErrorKind, Mode
 from meta_agent.core.tools import WEBHOOKS, ToolOutcome, ToolSpec
 from meta_agent.errors import summary
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError

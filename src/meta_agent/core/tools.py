@@ -1,5 +1,5 @@
 """The neutral tool types: what the loop knows of a tool, of its result and of a call's progress. No MCP or vendor
-types here (README, Layout): the MCP edges (toolbox.py, children/) translate to and from them.
+types here (README, Layout): the MCP edges (toolbox/build.py, children/) translate to and from them.
 """
 
 from __future__ import annotations

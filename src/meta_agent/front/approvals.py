@@ -42,7 +42,7 @@ from meta_agent.core.tools import ToolSpec
 from meta_agent.front.parked import ANSWERED, NO_LONGER_PENDING, ParkedRun, ParkingSpaces, Sink
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
-from meta_agent.records.parking import Note, SharedRounds
+from meta_agent.store.parking import Note, SharedRounds
 
 log = structlog.get_logger(__name__)
 
@@ -228,7 +228,7 @@ class ParkedRuns:
 
     With `shared` (replicas on one PostgreSQL database) a retry answering a run parked on another replica is taken
     here: its answer goes to that run through the database, and this round reports that run's progress and returns
-    its next question or its result (meta_agent.records.parking)."""
+    its next question or its result (meta_agent.store.parking)."""
 
     def __init__(self, tg: anyio.abc.TaskGroup, shared: SharedRounds | None = None, *, max_parked: int) -> None:
         """`max_parked`: how many runs may wait for an answer at once (META_AGENT_MAX_PARKED)."""

@@ -18,7 +18,7 @@ from mcp.server.mcpserver import Context
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from meta_agent.validation import did_you_mean, json_path, refusals
+from meta_agent.shared.validation import did_you_mean, json_path, refusals
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

@@ -66,7 +66,7 @@ def http_app(
         engine = server.engine
         if engine is None:
             return JSONResponse({"status": "starting"}, status_code=503)
-        if engine.durable is not None and not engine.database.contact.in_touch:
+        if not engine.runs.in_touch():
             return JSONResponse({"status": "database unreachable"}, status_code=503)
         given = dict(request.scope["headers"]).get(b"authorization", b"")
         if not guard.answers(request.scope) or (token and not _bearer_matches(given, token)):

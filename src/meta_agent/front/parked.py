@@ -30,7 +30,7 @@ from ulid import ULID
 from meta_agent.core import events as ev
 from meta_agent.front.progress import progress_message
 from meta_agent.front.tool_results import tool_error
-from meta_agent.records.parking import Outcome, SharedRounds
+from meta_agent.store.parking import Outcome, SharedRounds
 
 log = structlog.get_logger(__name__)
 

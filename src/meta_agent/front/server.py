@@ -28,13 +28,14 @@ from mcp.server.request_state import RequestStateSecurity
 from pydantic import AfterValidator, Field, ValidationError, WithJsonSchema
 
 from meta_agent.children.questions import Questions
-from meta_agent.config import DEFAULT_START_TIMEOUT, ServerEntry, Settings
+from meta_agent.config.servers import DEFAULT_START_TIMEOUT, ServerEntry
+from meta_agent.config.settings import Settings
 from meta_agent.core import events as ev
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver
 from meta_agent.engine import Engine
-from meta_agent.errors import ConfigError, MetaAgentError, summary
+from meta_agent.errors import MetaAgentError, summary
 from meta_agent.front.approvals import (
     ForwardedQuestions,
     LiveApprover,
@@ -52,9 +53,9 @@ from meta_agent.front.subscriptions import ToolboxSubscribers
 from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.providers.sampling import SamplingProvider
-from meta_agent.records.parking import SharedRounds
 from meta_agent.records.traces import Redactor
-from meta_agent.unimported import hidden
+from meta_agent.shared.unimported import hidden
+from meta_agent.store.parking import SharedRounds
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -78,7 +79,7 @@ class Front:
     """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, and what the user allowed "for
     this session": per MCP session (2025-11-25), and for 2026-07-28 callers off HTTP for the lifespan, which there
     serves one connection (stdio: the process, one user's session); over HTTP, per conversation, in the database
-    (records/conversations.py)."""
+    (store/conversations.py)."""
 
     engine: Engine
     parked: ParkedRuns
@@ -133,7 +134,7 @@ class MetaAgentServer(MCPServer[Front]):
     @asynccontextmanager
     async def _lifespan(self, _server: MCPServer[Front]) -> AsyncIterator[Front]:
         engine = self._open_engine()
-        engine.on_toolbox_change(self.subscribers.changed)
+        engine.toolbox.on_change(self.subscribers.changed)
         async with engine, self._shared_rounds(engine) as shared, anyio.create_task_group() as background:
             self.engine = engine
             background.start_soon(self.subscribers.deliver)
@@ -147,16 +148,10 @@ class MetaAgentServer(MCPServer[Front]):
     @asynccontextmanager
     async def _shared_rounds(self, engine: Engine) -> AsyncIterator[SharedRounds | None]:
         """The parked rounds every replica of a shared database sees, and the key they seal request states with."""
-        url = engine.settings.database_url
-        if self._shared_key is None or url is None:
+        if self._shared_key is None:
             yield None
             return
-        shared = SharedRounds(engine.database, url, engine.runs.replica, alive_seconds=engine.settings.lease_seconds)
-        try:
-            self._shared_key.use(await shared.secret())
-        except engine.database.errors as exc:
-            raise ConfigError(f"META_AGENT_DATABASE_URL: cannot use {engine.database.label}: {exc}") from None
-        async with shared.serving():
+        async with engine.runs.shared_rounds(self._shared_key.use) as shared:
             yield shared
 
     async def call_tool(
@@ -201,8 +196,8 @@ def build_server(
         provider: where given, the model of every run instead of the one the settings name.
         start_timeout: seconds within which a child must answer, or it has failed to start (and is retried).
         config_file: where given, the servers.json `servers` came from: it is followed, and reloaded when it changes
-            or `server.engine.request_reload()` is called (SIGHUP); hosts subscribed to the toolbox resource hear of
-            every change.
+            or `server.engine.toolbox.request_reload()` is called (SIGHUP); hosts subscribed to the toolbox resource
+            hear of every change.
         hold_children: the children start once `server.release_children()` is called (or a run needs them, or after
             a second; children/pool.py).
 
@@ -323,7 +318,7 @@ def _add_image_gen(server: MetaAgentServer) -> None:
     ) -> t.CallToolResult:
         """Generate images from a text prompt; returns PNG images."""
         front = _front(ctx)
-        tool = front.engine.internal_tool("image_gen")
+        tool = front.engine.toolbox.internal_tool("image_gen")
         assert tool is not None and tool.run is not None
         arguments = {k: v for k, v in {"prompt": prompt, "size": size, "n": n}.items() if v is not None}
         try:
@@ -346,7 +341,7 @@ def _add_toolbox_resource(server: MetaAgentServer) -> None:
         """Every child with its status and protocol version, every tool with its annotations and trust level."""
         if server.engine is None:  # only a session reads resources, and sessions run inside the lifespan
             raise ResourceError("meta-agent is not running")
-        return json.dumps(server.engine.describe(), indent=2)
+        return json.dumps(server.engine.toolbox.describe(), indent=2)
 
 
 def _add_runs_resource(server: MetaAgentServer) -> None:
@@ -377,7 +372,7 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
     per_conversation = parked and over_http(ctx)
     allowed: set[str] = set()  # nothing is allowed for longer where nobody can be asked
     if per_conversation:
-        allowed = await _allowed_in(front.engine, arguments.get("conversation_id"))
+        allowed = await front.engine.runs.allowed(arguments.get("conversation_id"))
     elif parked:
         allowed = front.pipe_allowances
     elif can_elicit(ctx):
@@ -408,7 +403,7 @@ async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAn
             log.error("run_crashed", mode=mode, error=summary(exc))
             return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
         if per_conversation and result.conversation_id and allowed:
-            await _allow_in(front.engine, result.conversation_id, allowed)
+            await front.engine.runs.allow(result.conversation_id, allowed)
         return run_result(result)
 
     if parked:
@@ -427,25 +422,6 @@ def _contained(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_contained(inner) for inner in exc.exceptions)
     return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, anyio.get_cancelled_exc_class()))
-
-
-async def _allowed_in(engine: Engine, conversation_id: str | None) -> set[str]:
-    """The tools allowed for the rest of the conversation `conversation_id` (none for a new one, and none where
-    the store cannot be read: the user is asked again)."""
-    if conversation_id is None:
-        return set()
-    try:
-        return await engine.conversations.allowed(conversation_id)
-    except ConfigError as exc:
-        log.warning("allowances_not_read", conversation_id=conversation_id, error=str(exc))
-        return set()
-
-
-async def _allow_in(engine: Engine, conversation_id: str, allowed: set[str]) -> None:
-    try:
-        await engine.conversations.allow(conversation_id, allowed)
-    except engine.database.errors as exc:  # the user is asked again next time
-        log.warning("allowances_not_kept", conversation_id=conversation_id, error=str(exc))
 
 
 def _sampling(ctx: Context) -> Provider | None:

@@ -27,7 +27,7 @@ import structlog
 from mcp.types.methods import SPEC_CLIENT_METHODS, SPEC_CLIENT_NOTIFICATION_METHODS
 from pydantic import ValidationError
 
-from meta_agent import bounded_lines
+from meta_agent.shared import bounded_lines
 
 log = structlog.get_logger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from meta_agent.config import Settings
+from meta_agent.config.settings import Settings
 from meta_agent.core.tools import InternalTool
 from meta_agent.internal.describe_image import DESCRIBE_IMAGE, describe_image_tool, vision_model_withheld
 from meta_agent.internal.image_gen import DEFAULT_IMAGE_MODEL, IMAGE_GEN, image_gen_tool, image_gen_withheld

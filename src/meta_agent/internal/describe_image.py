@@ -32,7 +32,7 @@ from meta_agent.internal.images import (
     shown_url,
 )
 from meta_agent.providers import make_provider, parse_model
-from meta_agent.text import some_of
+from meta_agent.shared.text import some_of
 
 DESCRIBE_IMAGE = InternalTool(
     name="describe_image",

@@ -15,7 +15,7 @@ from meta_agent.core import tool_call
 from meta_agent.core.messages import TextPart
 from meta_agent.core.tools import FIND_TOOLS as NAME
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome, ToolSpec
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
 
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 20

@@ -20,7 +20,7 @@ import anyio
 import httpcore2
 import httpx2
 
-from meta_agent.addresses import Address, Network, refusal
+from meta_agent.shared.addresses import Address, Network, refusal
 
 
 class AddressRefused(Exception):

@@ -15,9 +15,9 @@ from urllib.parse import urljoin, urlsplit
 import anyio
 import httpx2
 
-from meta_agent.addresses import ALLOW_VARIABLE, Network
 from meta_agent.core.messages import ImagePart
-from meta_agent.text import one_line
+from meta_agent.shared.addresses import ALLOW_VARIABLE, Network
+from meta_agent.shared.text import one_line
 from meta_agent.version import __version__
 
 USER_AGENT = f"meta-agent/{__version__}"  # some image hosts refuse requests that do not say who asks

@@ -19,7 +19,7 @@ import anyio
 from meta_agent.core import patterns, tool_call
 from meta_agent.core.messages import TextPart
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome
-from meta_agent.text import one_line, plural, some_of
+from meta_agent.shared.text import one_line, plural, some_of
 
 DEFAULT_LENGTH = 8_000  # characters of a slice unless the model asks for another length (about 2,000 tokens)
 MAX_LENGTH = 20_000  # the most one answer gives: never more than the default inline limit

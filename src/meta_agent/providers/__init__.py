@@ -33,8 +33,8 @@ from meta_agent.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
-from meta_agent.text import one_line
-from meta_agent.validation import JSON_KINDS, json_kind
+from meta_agent.shared.text import one_line
+from meta_agent.shared.validation import JSON_KINDS, json_kind
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 OPENAI_HOST = "api.openai.com"  # where `openai:` speaks the Responses API unless told otherwise

@@ -35,7 +35,7 @@ from meta_agent.providers import (
     token_count,
 )
 from meta_agent.providers.openai import OpenAIProvider, call_of, tool_outputs
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
 
 # What this wire format's thinking parts say they came from: only those are sent back as reasoning items.
 ORIGIN = "openai-responses"

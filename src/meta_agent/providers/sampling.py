@@ -27,7 +27,7 @@ from meta_agent.core.messages import (
     UserMessage,
 )
 from meta_agent.errors import ProviderError
-from meta_agent.validation import refusal
+from meta_agent.shared.validation import refusal
 
 
 class SamplingProvider:

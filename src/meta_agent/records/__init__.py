@@ -1,1 +1,1 @@
-"""What a run leaves behind: traces and logs, the runs read back, telemetry, conversations, trust levels."""
+"""What a run leaves behind to read: traces and logs, the runs read back, telemetry."""

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from meta_agent.core.result import RunOut
 from meta_agent.errors import ConfigError
 from meta_agent.records.traces import read_trace
-from meta_agent.text import plural
+from meta_agent.shared.text import plural
 
 RUN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
 Status = Literal["running", "interrupted", "done"]

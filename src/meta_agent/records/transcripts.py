@@ -21,7 +21,7 @@ from meta_agent.core.messages import (
     jsonable,
 )
 from meta_agent.errors import ConfigError
-from meta_agent.validation import refusal
+from meta_agent.shared.validation import refusal
 
 # About 100k tokens of text: what fits the context of every current model with room for the answer.
 MAX_CHARS = 400_000

@@ -1,5 +1,5 @@
 """Conversations that continue: each `agent` or `ask` call returns a `conversation_id`; passing it back continues the
-same transcript. Stored in the database (meta_agent.records.database: embedded SQLite, or PostgreSQL shared by
+same transcript. Stored in the database (meta_agent.store.database: embedded SQLite, or PostgreSQL shared by
 replicas; either survives a restart) and bounded: when a transcript grows past
 `MAX_CHARS`, its oldest whole turns are dropped and the result says so.
 
@@ -29,8 +29,8 @@ from ulid import ULID
 
 from meta_agent.core.messages import Message, jsonable
 from meta_agent.errors import ConfigError, ConversationLost
-from meta_agent.records.database import Database, Sql, now
 from meta_agent.records.transcripts import answered, decode, trim
+from meta_agent.store.database import Database, Sql, now
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

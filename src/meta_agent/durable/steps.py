@@ -1,4 +1,4 @@
-"""A durable run's steps (records/durable.py): its model turns, tool calls and approvals wrapped so that each is a
+"""A durable run's steps (durable/runs.py): its model turns, tool calls and approvals wrapped so that each is a
 DBOS step, recorded once and given back by a replay, and the clock the run's time limit is counted on.
 
 Steps run one after another, except the tool calls of one model turn, which run concurrently: their step numbers are

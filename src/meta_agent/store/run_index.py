@@ -23,8 +23,8 @@ import anyio
 import structlog
 
 from meta_agent.errors import MetaAgentError, leaf, summary
-from meta_agent.records.database import Database, Sql, now
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
+from meta_agent.store.database import Database, Sql, now
 
 log = structlog.get_logger(__name__)
 

@@ -1,4 +1,4 @@
-"""What a durable run does when DBOS refuses to let it go on (records/durable.py): an execution that lost its run (the
+"""What a durable run does when DBOS refuses to let it go on (durable/runs.py): an execution that lost its run (the
 run was taken over by another replica while this one could not reach the database, or stalled) or whose run was
 cancelled meanwhile. DBOS signals that with its control errors, BaseExceptions, which come out of the loop's task
 groups wrapped in exception groups: unwrapped here, they stop that execution only, and its caller is told in one line

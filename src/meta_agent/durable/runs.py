@@ -26,7 +26,7 @@ finishes it; once none is left, it stays interrupted.
 
 A database outage: DBOS holds each step's write and retries it until the database is back (a step that completed
 meanwhile is recorded then, so it never runs again), and the run waits there; the run index keeps the run's row from
-being handed on meanwhile (records/run_index.py). Should a replica lose a run all the same (it stalled, or was cut
+being handed on meanwhile (store/run_index.py). Should a replica lose a run all the same (it stalled, or was cut
 off from the database alone, and another took the run over), DBOS refuses its next write: that execution stops there,
 and its caller is told in one line where the run is (`RunLost`); the replica serves on.
 
@@ -38,24 +38,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import structlog
 
 from meta_agent.core.events import Emit, Event, ToolCallStarted
+from meta_agent.core.result import RunResult
+from meta_agent.core.run_spec import RunBody, RunSpec
+from meta_agent.durable.faults import Lost, RunLost, unwrapped, without_traceback
+from meta_agent.durable.steps import RunSteps
 from meta_agent.errors import ConfigError, summary
-from meta_agent.records.database import Sql
-from meta_agent.records.durable_faults import Lost, RunLost, unwrapped, without_traceback
-from meta_agent.records.durable_steps import RunSteps
 from meta_agent.records.logs import route_through_ours
-from meta_agent.records.run_index import RunIndex, stopping
-from meta_agent.text import plural
+from meta_agent.shared.text import plural
+from meta_agent.store.database import Sql
+from meta_agent.store.run_index import RunIndex, stopping
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-# A run's body: its spec and its caller (None for a resumed run, which has none) to its result.
-Body = Callable[[Any, Any], Awaitable[Any]]
+C = TypeVar("C")  # what a run has of its caller: kept for the run started here, handed back to its body
 WORKFLOW = "meta-agent run"
 MAX_RESUMES = 3  # hand-ons of a run after its replica stopped before it is given up (META_AGENT_MAX_RESUMES)
 # A look for runs to resume that failed (the database unreachable) is tried again this soon, at most: the replica's
@@ -63,18 +64,18 @@ MAX_RESUMES = 3  # hand-ons of a run after its replica stopped before it is give
 RETRY_SECONDS = 1.0
 
 
-_active: DurableRuns | None = None  # DBOS is one per process, and so is this
-_workflow: Callable[[Any], Awaitable[Any]] | None = None
+_active: DurableRuns[Any] | None = None  # DBOS is one per process, and so is this
+_workflow: Callable[[RunSpec], Awaitable[RunResult]] | None = None
 
 
-def _registered() -> Callable[[Any], Awaitable[Any]]:
+def _registered() -> Callable[[RunSpec], Awaitable[RunResult]]:
     """The run workflow, registered with DBOS once per process (DBOS finds a resumed run's code by its name)."""
     global _workflow
     if _workflow is None:
         from dbos import DBOS
 
         @DBOS.workflow(name=WORKFLOW)
-        async def run_workflow(spec: Any) -> Any:
+        async def run_workflow(spec: RunSpec) -> RunResult:
             assert _active is not None, "a run resumed in a process whose durable runs have stopped"
             return await _active.body_of(spec)
 
@@ -82,7 +83,7 @@ def _registered() -> Callable[[Any], Awaitable[Any]]:
     return _workflow
 
 
-class DurableRuns:
+class DurableRuns(Generic[C]):
     def __init__(
         self,
         url: str,
@@ -103,13 +104,13 @@ class DurableRuns:
         self.version = version
         self.max_resumes = max_resumes
         self.check_every = check_every if check_every is not None else index.alive_seconds / 3
-        self._body: Body | None = None
-        self._callers: dict[str, Any] = {}  # by run id: the caller of a run started here, while it runs
+        self._body: RunBody[C] | None = None
+        self._callers: dict[str, C] = {}  # by run id: the caller of a run started here, while it runs
         self._resumed: dict[asyncio.Task[Any], str] = {}  # the runs resumed here, by the task that runs each
         self._watch: anyio.abc.TaskGroup | None = None
         self._other_versions: set[str] = set()  # runs of another version, left to its replicas (said once)
 
-    async def start(self, body: Body) -> None:
+    async def start(self, body: RunBody[C]) -> None:
         """Launch DBOS on this event loop (a resumed run runs on it), and look for runs to resume from now on.
 
         Raises:
@@ -160,7 +161,7 @@ class DurableRuns:
             DBOS.destroy()
             _active = None
 
-    async def run(self, run_id: str, spec: Any, caller: Any) -> Any:
+    async def run(self, run_id: str, spec: RunSpec, caller: C) -> RunResult:
         """Run `spec` as the durable run `run_id`, here and now (cancelling the caller cancels it)."""
         from dbos import SetWorkflowID
 
@@ -179,7 +180,7 @@ class DurableRuns:
         finally:
             self._callers.pop(run_id, None)
 
-    async def body_of(self, spec: Any) -> Any:
+    async def body_of(self, spec: RunSpec) -> RunResult:
         """The body of the run workflow: with its caller when it was started here, else resumed (no caller)."""
         from dbos import DBOS
 

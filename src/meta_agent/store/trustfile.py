@@ -22,8 +22,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from meta_agent.core.policy import TrustLevel
 from meta_agent.errors import ConfigError
-from meta_agent.text import first_line
-from meta_agent.validation import refusal
+from meta_agent.shared.text import first_line
+from meta_agent.shared.validation import refusal
 
 TRUST_LEVELS: tuple[str, ...] = get_args(TrustLevel)
 

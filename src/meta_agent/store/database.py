@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from meta_agent.errors import ConfigError
-from meta_agent.text import first_line
+from meta_agent.shared.text import first_line
 
 T = TypeVar("T")
 # An arbitrary key for PostgreSQL's advisory lock that serialises migrations across replicas.
@@ -94,7 +94,7 @@ def _conversations(sql: Sql) -> None:
 
 
 def _runs(sql: Sql) -> None:
-    """2: the run index (meta_agent.records.run_index)."""
+    """2: the run index (meta_agent.store.run_index)."""
     sql.execute(
         "create table runs (id text primary key, status text not null, mode text not null, replica text not null,"
         f" started text not null, updated text not null, alive_until {'double precision' if sql.postgres else 'real'},"
@@ -104,7 +104,7 @@ def _runs(sql: Sql) -> None:
 
 def _shared(sql: Sql) -> None:
     """3: what replicas share beyond conversations: the rounds of parked runs, the key that seals their request
-    states (meta_agent.records.parking), the tools allowed for the rest of a conversation; and each run's task in
+    states (meta_agent.store.parking), the tools allowed for the rest of a conversation; and each run's task in
     the run index, which `meta-agent runs` lists."""
     real = "double precision" if sql.postgres else "real"
     sql.execute(
@@ -122,7 +122,7 @@ def _shared(sql: Sql) -> None:
 
 def _resumptions(sql: Sql) -> None:
     """4: how often each run was handed on after its replica stopped, and the step it was last in, so that a run
-    that takes every replica down with it is given up (meta_agent.records.durable)."""
+    that takes every replica down with it is given up (meta_agent.durable.runs)."""
     sql.execute("alter table runs add column resumes integer not null default 0")
     sql.execute("alter table runs add column doing text")
 

@@ -30,7 +30,7 @@ import anyio
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from meta_agent.records.database import Database, Sql
+from meta_agent.store.database import Database, Sql
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ from meta_agent.children.questions import Questions
 from meta_agent.children.results import outcome_of
 from meta_agent.children.supervisor import ChildServer
 from meta_agent.children.webhooks import Webhooks
-from meta_agent.config import check_glob
+from meta_agent.config.servers import check_glob
 from meta_agent.core.messages import TextPart
 from meta_agent.core.policy import TrustLevel, stricter, trust_level, visible
 from meta_agent.core.result import Mode
@@ -37,8 +37,8 @@ from meta_agent.core.tools import (
     ToolSpec,
 )
 from meta_agent.errors import ChildUnavailable, PatternError
-from meta_agent.records.trustfile import Recorded, definition_hash
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
+from meta_agent.store.trustfile import Recorded, definition_hash
 
 ALIAS = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_ALIAS = 64

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from meta_agent.text import one_line
+from meta_agent.shared.text import one_line
 
 GOT_SHOWN = 40  # characters of a refused value, or of an odd key, quoted back
 

@@ -1,0 +1,320 @@
+"""Run orchestration: one run of the loop from a caller's arguments, within its turn of the conversation, recorded as
+it goes (its trace, the run index, telemetry) and remembered once it ends (the conversation saved).
+
+With PostgreSQL a run is durable (durable/runs.py): this module's `Runs.body` is what DBOS runs, again on whichever
+replica resumes it; each model turn, tool call and approval is then one of its steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+from ulid import ULID
+
+from meta_agent.children.questions import Questions
+from meta_agent.config.settings import Settings
+from meta_agent.core import events as ev
+from meta_agent.core.event_lines import describe
+from meta_agent.core.events import Emit, Event
+from meta_agent.core.limits import DEFAULT_PLAN_STEPS, Limits
+from meta_agent.core.loop import RunRequest, run
+from meta_agent.core.provider import Provider
+from meta_agent.core.result import Mode, RunResult, unavailable_line
+from meta_agent.core.run_spec import RunSpec
+from meta_agent.core.tool_call import Approver, ArgumentCheck
+from meta_agent.core.tool_step import ToolRunner
+from meta_agent.errors import ConfigError, ConversationLost
+from meta_agent.providers.chain import ModelChain
+from meta_agent.records.telemetry import Spans
+from meta_agent.records.traces import Redactor, TraceWriter
+from meta_agent.shared.text import one_line
+from meta_agent.store.conversations import Conversations, Turn
+from meta_agent.store.database import Database
+from meta_agent.store.parking import SharedRounds
+from meta_agent.store.run_index import RunIndex, RunState, stopping
+from meta_agent.toolbox.live import LiveToolbox
+
+if TYPE_CHECKING:
+    from meta_agent.durable.runs import DurableRuns
+    from meta_agent.durable.steps import RunSteps
+
+log = structlog.get_logger(__name__)
+PREVIOUS_TURN = "the conversation's previous turn"  # what a turn queued behind another waits for
+MOVED_ON = (
+    "the conversation moved on while this run was interrupted (a later turn was saved first); this turn was not saved"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caller:
+    """What a run has of the caller that started it; a resumed durable run has none of it."""
+
+    emit: Emit | None = None
+    approver: Approver | None = None
+    sampling: Provider | None = None
+    questions: Questions | None = None
+
+
+NO_CALLER = Caller()
+
+
+class Runs:
+    def __init__(
+        self,
+        settings: Settings,
+        toolbox: LiveToolbox,
+        models: ModelChain,
+        database: Database,
+        conversations: Conversations,
+        index: RunIndex,
+        *,
+        durable: DurableRuns[Caller] | None,
+        redact: Redactor,
+        trace_dir: Path,
+    ) -> None:
+        """The runs of one engine: their tools from `toolbox`, their models from `models`, their conversations in
+        `conversations`, each in the run `index`, durable where `durable` is given, traced into `trace_dir` with the
+        secrets `redact` knows hidden."""
+        self.settings = settings
+        self.toolbox = toolbox
+        self.models = models
+        self.database = database
+        self.conversations = conversations
+        self.index = index
+        self.durable = durable
+        self.trace_dir = trace_dir
+        self._redact = redact
+        self._checks = ArgumentCheck()  # validators outlive a run: building one costs more than a step
+        self._latest: dict[str, Event] = {}  # each running run's latest event: what it is doing (in_progress)
+
+    async def run(
+        self,
+        task: str,
+        *,
+        mode: Mode,
+        patterns: list[str] | None = None,
+        max_steps: int | None = None,
+        token_budget: int | None = None,
+        emit: Emit | None = None,
+        approver: Approver | None = None,
+        sampling: Provider | None = None,
+        questions: Questions | None = None,
+        conversation_id: str | None = None,
+    ) -> RunResult:
+        """One run of the loop with a caller's arguments (`Engine.run`).
+
+        Raises:
+            ConfigError: a bad argument (max_steps over the ceiling, a token budget below 1), an unknown conversation
+                or one whose stored record cannot be read.
+            PatternError: a `tools` pattern that is malformed or matches no tool.
+            ProviderError: no model is configured, or the provider failed.
+        """
+        spec = RunSpec(
+            run_id=str(ULID()),
+            task=task,
+            mode=mode,
+            patterns=patterns,
+            limits=self.limits(mode, max_steps, token_budget),
+            conversation_id=conversation_id or str(ULID()),
+            continues=conversation_id is not None,
+            can_ask=approver is not None,
+        )
+        caller = Caller(emit=emit, approver=approver, sampling=sampling, questions=questions)
+        if self.durable is not None:
+            return await self.durable.run(spec.run_id, spec, caller)
+        return await self.body(spec, caller)
+
+    async def body(self, spec: RunSpec, caller: Caller | None) -> RunResult:
+        """The run `spec`, for `caller` (None: a durable run resumed after its replica stopped)."""
+        caller = caller or NO_CALLER
+        emit = caller.emit
+
+        async def waiting(seconds: float) -> None:  # a turn queued behind another is not a hung call
+            if emit is not None:
+                await emit(ev.Heartbeat(step=0, waiting_for=PREVIOUS_TURN, elapsed_s=seconds, run_id=spec.run_id))
+
+        existing = spec.conversation_id if spec.continues else None
+        # running from the start: a run waiting for its turn of the conversation, or for its children, is one
+        async with self.index.running(spec.run_id, spec.mode, spec.task):
+            if stopping():  # a run handed to this process as it stops: left, as interrupted, for another replica
+                await anyio.sleep_forever()
+            async with self.conversations.turn(existing, new_id=spec.conversation_id, waiting=waiting) as turn:
+                steps = None if self.durable is None else await self.durable.steps(can_ask=spec.can_ask)
+                return await self._run_turn(turn, spec, caller, steps)
+
+    async def _run_turn(self, turn: Turn, spec: RunSpec, caller: Caller, steps: RunSteps | None) -> RunResult:
+        """`run`, within its turn of the conversation (`turn.history`: the transcript so far); each model turn,
+        tool call and approval a step of `steps` where the run is durable."""
+        # a resumed run continues from the history its first start read, whatever was saved since; a new conversation
+        # has none to read (a step is two transactions: not spent on an empty history)
+        if steps is None or not spec.continues:
+            history = turn.history
+        else:
+            history = await steps.once("history", _same, turn.history)
+        moved_on = history != turn.history  # resumed after another turn of its conversation was saved: not saved
+        provider, *fallbacks = await self.models.models(caller.sampling)
+        tools, search, unavailable = await self.toolbox.for_run(spec.patterns, spec.mode, self.settings.tool_search)
+        request = RunRequest(
+            task=spec.task,
+            mode=spec.mode,
+            tools=tools,
+            search=search,
+            limits=spec.limits,
+            history=history,
+            run_id=spec.run_id,
+            max_result_chars=self.settings.result_inline_chars,
+            elapsed=None if steps is None else steps.elapsed,
+            unavailable_servers=unavailable,
+        )
+        runner: ToolRunner = self.toolbox.runner(caller.questions)
+        approver = caller.approver
+        if steps is not None:
+            provider, fallbacks = steps.model(provider), [steps.model(model) for model in fallbacks]
+            runner, approver = steps.tools(runner), steps.approver(approver)
+        with structlog.contextvars.bound_contextvars(run_id=request.run_id):
+            # the servers it goes without, also in the server's log (the progress and the live view say them too)
+            not_ready = {"not_ready": unavailable_line(unavailable)} if unavailable else {}
+            log.info("run_started", mode=spec.mode, model=provider.name, tools=len(request.tools), **not_ready)
+            result = await self._loop(
+                request, caller.emit, provider=provider, fallbacks=fallbacks, tools=runner, approver=approver
+            )
+            result = await self._remember(result, turn, steps, moved_on=moved_on)
+            await self.index.finished(request.run_id, result.to_json())
+            usage = result.usage
+            log.info(
+                "run_finished",
+                stop_reason=result.stop_reason,
+                model_calls=usage.model_calls,
+                tool_calls=usage.tool_calls,
+                tokens=usage.input_tokens + usage.output_tokens,
+            )
+        return result
+
+    async def _loop(self, request: RunRequest, emit: Emit | None, **parts: Any) -> RunResult:
+        """The loop's run of `request` with its `parts` (provider, fallbacks, tools, approver), each event to `emit`,
+        the trace, telemetry and (durable) the run index; the trace is whole on disk before the result is returned."""
+        trace = TraceWriter(self.trace_dir, self._redact)
+        noted = None if self.durable is None else self.durable.noting(request.run_id)
+        sinks = [sink for sink in (emit, trace, Spans(), noted) if sink is not None]
+
+        async def fan_out(event: Event) -> None:
+            self._latest[request.run_id] = event
+            for sink in sinks:
+                await sink(event)
+
+        try:
+            return await run(request, emit=fan_out, checks=self._checks, **parts)
+        finally:
+            self._latest.pop(request.run_id, None)
+            with anyio.CancelScope(shield=True):
+                await trace.aclose()
+
+    async def _remember(
+        self, result: RunResult, turn: Turn, steps: RunSteps | None, *, moved_on: bool = False
+    ) -> RunResult:
+        """The result with the conversation it continues. A turn that cannot be saved (a store that cannot be
+        written, a hold lost to another process, a conversation that `moved_on` while the durable run was
+        interrupted) keeps its answer, with no conversation id and `conversation_error` saying why in one line."""
+        if steps is None:
+            trimmed, error = await self._save(turn, result)
+        else:  # saved once: a replay past it does not write the conversation again
+            trimmed, error = await steps.once("conversation", self._save, turn, result, moved_on)
+        if error is None:
+            return dataclasses.replace(result, conversation_id=turn.conversation_id, conversation_trimmed=trimmed)
+        log.warning("conversation_not_saved", path=self.database.label, error=error)
+        return dataclasses.replace(result, conversation_error=error)
+
+    async def _save(self, turn: Turn, result: RunResult, moved_on: bool = False) -> tuple[int, str | None]:
+        """Save the turn: how many of its oldest turns were dropped, or why it was not saved (one line)."""
+        if moved_on:  # saving would drop the turns saved since this run read its history
+            return 0, MOVED_ON
+        try:
+            return await self.conversations.save(turn, result.transcript), None
+        except (ConversationLost, ConfigError) as exc:
+            error = str(exc)
+        except self.database.errors as exc:
+            error = f"{self.database.label}: cannot write the conversations store: {exc}; this turn was not saved"
+        except (ValueError, RecursionError) as exc:
+            error = f"this turn cannot be stored as JSON ({type(exc).__name__}: {exc}); it was not saved"
+        return 0, one_line(error)  # whatever the error said
+
+    def limits(self, mode: Mode, max_steps: int | None, token_budget: int | None) -> Limits:
+        """A run's limits: the caller's within the settings' ceiling, else the settings' defaults for `mode`.
+
+        Raises:
+            ConfigError: `max_steps` outside 1..META_AGENT_MAX_STEPS_CEILING, or `token_budget` below 1.
+        """
+        ceiling = self.settings.max_steps_ceiling
+        if max_steps is not None and not 1 <= max_steps <= ceiling:
+            raise ConfigError(f"max_steps: {max_steps} is outside 1..{ceiling} (META_AGENT_MAX_STEPS_CEILING)")
+        if token_budget is not None and token_budget < 1:
+            raise ConfigError(f"token_budget: {token_budget} must be at least 1")
+        default = {"ask": 1, "plan": min(DEFAULT_PLAN_STEPS, ceiling), "agent": self.settings.max_steps}[mode]
+        return Limits(
+            max_steps=1 if mode == "ask" else (max_steps or default),
+            token_budget=token_budget or self.settings.token_budget,
+            time_limit=self.settings.time_limit,
+        )
+
+    def in_progress(self) -> list[str]:
+        """What each running run is doing, a line each (`01K… · step 4 · call kid.big {…}`): its latest progress line.
+        Safe to read from another thread while the event loop is stalled (cli/watchdog.py)."""
+        return [f"{run_id} · {describe(event) or event.kind}" for run_id, event in list(self._latest.items())]
+
+    async def read(self, run_id: str) -> RunState | None:
+        """How the run `run_id` is, from the run index any replica writes (None: no such run)."""
+        return await self.index.read(run_id)
+
+    def in_touch(self) -> bool:
+        """Whether durable runs can go on: no durable runs, or the database answered lately."""
+        return self.durable is None or self.database.contact.in_touch
+
+    async def allowed(self, conversation_id: str | None) -> set[str]:
+        """The tools allowed for the rest of the conversation `conversation_id` (none for a new one, and none where
+        the store cannot be read: the user is asked again)."""
+        if conversation_id is None:
+            return set()
+        try:
+            return await self.conversations.allowed(conversation_id)
+        except ConfigError as exc:
+            log.warning("allowances_not_read", conversation_id=conversation_id, error=str(exc))
+            return set()
+
+    async def allow(self, conversation_id: str, allowed: set[str]) -> None:
+        """Keep `allowed` for the rest of the conversation; where the store cannot be written, the user is asked
+        again next time."""
+        try:
+            await self.conversations.allow(conversation_id, allowed)
+        except self.database.errors as exc:
+            log.warning("allowances_not_kept", conversation_id=conversation_id, error=str(exc))
+
+    @asynccontextmanager
+    async def shared_rounds(self, use_secret: Callable[[bytes], None]) -> AsyncIterator[SharedRounds | None]:
+        """The parked rounds every replica of a shared database sees (None: the store is not shared), and the key
+        they seal request states with, handed to `use_secret`.
+
+        Raises:
+            ConfigError: the shared database cannot be used.
+        """
+        url = self.settings.database_url
+        if url is None:
+            yield None
+            return
+        shared = SharedRounds(self.database, url, self.index.replica, alive_seconds=self.settings.lease_seconds)
+        try:
+            use_secret(await shared.secret())
+        except self.database.errors as exc:
+            raise ConfigError(f"META_AGENT_DATABASE_URL: cannot use {self.database.label}: {exc}") from None
+        async with shared.serving():
+            yield shared
+
+
+def _same(value: Any) -> Any:
+    return value
