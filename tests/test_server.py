@@ -150,6 +150,11 @@ async def test_child_progress_and_a_failed_tool_in_progress(client: Client, llm:
         ({"task": "t", "tools": ["bad pattern"]}, "tools: bad pattern 'bad pattern'"),
         ({"task": "t", "tools": ["["]}, "tools: bad pattern '[': unbalanced [ ]"),
         ({"task": "t", "tools": ["f__echo"]}, "tools: pattern 'f__echo' matches no tool (tools are named SERVER.TOOL"),
+        (
+            {"task": "t", "tools": ["echo"]},
+            "tools: pattern 'echo' matches no tool (a server's tools are named SERVER.TOOL, as `meta-agent tools` lists"
+            " them: did you mean 'f.echo'?)",
+        ),
         ({"task": "t", "max_steps": True}, "max_steps: expected a whole number, got true"),
         ({"task": "t", "token_budget": 2.5}, "token_budget: expected a whole number, got 2.5"),
         ({"task": "t", "max_steps": 500}, "max_steps: 500 is outside 1..50 (META_AGENT_MAX_STEPS_CEILING)"),

@@ -277,6 +277,13 @@ class LiveToolbox:
         if mode == "ask":
             internal = ", ".join(spec.name for spec in self().select(None, mode="ask")) or "none is enabled"
             return f" of ask mode, which uses internal tools only ({internal})"
+        if "." not in pattern:  # a tool's own name without its server's (get_current_time): the likeliest slip
+            named = [spec.name for spec in self().tools if spec.server and fnmatch.fnmatchcase(spec.tool, pattern)]
+            servers = [child.name for child in self.pool]  # a run starts no child for such a pattern: names only
+            if not named and len(servers) == 1:
+                named = [f"{servers[0]}.{pattern}"]
+            guess = f": did you mean {named[0]!r}?" if named else ""
+            return f" (a server's tools are named SERVER.TOOL, as `meta-agent tools` lists them{guess})"
         down = [child.status for child in self.pool if child.status.state != "ready"]
         down = [status for status in down if may_name_server(pattern, status.name)]
         if down:
