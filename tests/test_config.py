@@ -346,3 +346,13 @@ def test_webhooks_load_beside_servers_or_alone() -> None:
     alone = parse_servers(webhooks(n=HOOK), "servers.json", {})
     assert dict(alone) == {} and list(alone.webhooks) == ["n"]
     assert parse_servers(servers(a={"command": "x"}), "servers.json", {}).webhooks == {}
+
+
+def test_a_misspelt_setting_is_named_not_ignored_in_silence() -> None:
+    from meta_agent.config.settings import unknown_settings
+
+    environ = {"META_AGENT_MODL": "openai:x", "META_AGENT_MODEL": "openai:y", "META_AGENT_ZZZ": "1", "PATH": "/bin"}
+    assert unknown_settings(environ) == [
+        "META_AGENT_MODL is no setting and is ignored (did you mean META_AGENT_MODEL?)",
+        "META_AGENT_ZZZ is no setting and is ignored",
+    ]

@@ -25,7 +25,7 @@ import anyio
 
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fail, guard_standard_streams, note
 from meta_agent.config.servers import DEFAULT_START_TIMEOUT, load_servers
-from meta_agent.config.settings import load_settings
+from meta_agent.config.settings import load_settings, unknown_settings
 from meta_agent.errors import ConfigError, ModelNotConfigured
 from meta_agent.records.logs import configure_logging
 from meta_agent.shared.text import plural
@@ -170,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("trust: give a level after the tool: never, ask, always or forget", EXIT_USAGE)
     try:
         settings = load_settings()
+        for line in unknown_settings(os.environ):
+            note(line)
         args.config = args.config or settings.config
         servers = load_servers(args.config, os.environ)
         from meta_agent.internal import INTERNAL_TOOLS

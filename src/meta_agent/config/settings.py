@@ -5,6 +5,8 @@ A bad value is a `ConfigError` naming its variable, in one line.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -209,3 +211,15 @@ def load_settings() -> Settings:
     except ValidationError as exc:
         error = exc.errors()[0]
         raise ConfigError(f"META_AGENT_{str(error['loc'][0]).upper()}: {problem(error)}") from None
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """A line for each `META_AGENT_*` variable that names no setting: a misspelt one is otherwise ignored without a
+    word, and the run goes on with the default."""
+    known = sorted(f"META_AGENT_{name.upper()}" for name in Settings.model_fields)
+    lines = []
+    for name in sorted(environ):
+        if name.startswith("META_AGENT_") and name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            lines.append(f"{name} is no setting and is ignored" + (f" (did you mean {close[0]}?)" if close else ""))
+    return lines
