@@ -216,10 +216,12 @@ def load_settings() -> Settings:
 def unknown_settings(environ: Mapping[str, str]) -> list[str]:
     """A line for each `META_AGENT_*` variable that names no setting: a misspelt one is otherwise ignored without a
     word, and the run goes on with the default."""
-    known = sorted(f"META_AGENT_{name.upper()}" for name in Settings.model_fields)
+    known = sorted(name.upper() for name in Settings.model_fields)
     lines = []
     for name in sorted(environ):
-        if name.startswith("META_AGENT_") and name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            lines.append(f"{name} is no setting and is ignored" + (f" (did you mean {close[0]}?)" if close else ""))
+        setting = name.removeprefix("META_AGENT_")
+        if setting != name and setting not in known:
+            close = difflib.get_close_matches(setting, known, n=1)  # without the prefix, which every name shares
+            hint = f" (did you mean META_AGENT_{close[0]}?)" if close else ""
+            lines.append(f"{name} is no setting and is ignored{hint}")
     return lines
