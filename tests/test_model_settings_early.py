@@ -18,7 +18,7 @@ import pytest
 from conftest import free_port
 
 from meta_agent.errors import ModelNotConfigured
-from meta_agent.providers import check_model_setting, default_model, setting_problem
+from meta_agent.providers.model_setting import check_model_setting, default_model, setting_problem
 
 META_AGENT = [sys.executable, "-m", "meta_agent"]
 KEYS = ("META_AGENT_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST")
@@ -123,3 +123,19 @@ def test_no_model_anywhere_is_found_missing() -> None:
     with pytest.raises(ModelNotConfigured, match=r"^no model is configured: set META_AGENT_MODEL"):
         anyio.run(default_model, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
     assert anyio.run(default_model, {"ANTHROPIC_API_KEY": "k"}) == "anthropic:claude-sonnet-5-5"
+
+
+def test_the_checks_load_no_vendor_sdk_and_no_other_provider_module() -> None:
+    # They run before every `run` and `serve`: a vendor SDK takes half a second to import, and the adapters need one.
+    probe = (
+        "from meta_agent.providers.model_setting import check_model_setting\n"
+        "check_model_setting('anthropic:a,openai:b', {'OPENAI_API_KEY': 'k'}, can_sample=False)\n"
+        "import sys, json; print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = json.loads(done.stdout.splitlines()[-1])
+    assert "meta_agent.providers.model_setting" in loaded
+    assert not [name for name in loaded if name.split(".")[0] in ("openai", "anthropic", "aiohttp")]
+    providers = [name for name in loaded if name.startswith("meta_agent.providers.")]
+    assert providers == ["meta_agent.providers.model_setting"], providers

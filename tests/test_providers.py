@@ -42,7 +42,8 @@ from meta_agent.errors import (
     ProviderUnavailable,
 )
 from meta_agent.front.server import build_server
-from meta_agent.providers import DETAIL_SHOWN, make_provider, resolve_provider
+from meta_agent.providers.factory import make_provider, resolve_provider
+from meta_agent.providers.wire import DETAIL_SHOWN
 from meta_agent.toolbox.build import Toolbox, ToolCaller
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]

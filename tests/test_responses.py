@@ -17,7 +17,7 @@ from meta_agent.config.settings import Settings
 from meta_agent.core.messages import ModelRequest, UserMessage
 from meta_agent.errors import ProviderError, ProviderRateLimited, ProviderUnavailable
 from meta_agent.front.server import build_server
-from meta_agent.providers import make_provider
+from meta_agent.providers.factory import make_provider
 from meta_agent.providers.openai import OpenAIProvider
 from meta_agent.providers.openai_responses import OpenAIResponsesProvider
 from meta_agent.records.transcripts import decode

@@ -94,7 +94,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     )
     from meta_agent.front.http_app import http_app
     from meta_agent.front.server import MetaAgentServer, build_server
-    from meta_agent.providers import make_provider, resolve_provider
+    from meta_agent.providers.factory import make_provider, resolve_provider
     from meta_agent.providers.scripted import ScriptedProvider
     from meta_agent.records.logs import configure_logging
 

@@ -207,7 +207,7 @@ def _check_model(model: str | None, *, serving: bool) -> None:
     Raises:
         ModelNotConfigured: saying what to set.
     """
-    from meta_agent.providers import check_model_setting, default_model
+    from meta_agent.providers.model_setting import check_model_setting, default_model
 
     check_model_setting(model, os.environ, can_sample=serving)
     if not serving and not (model or "").strip():

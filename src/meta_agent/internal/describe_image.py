@@ -31,7 +31,8 @@ from meta_agent.internal.images import (
     fetch_image,
     shown_url,
 )
-from meta_agent.providers import make_provider, parse_model
+from meta_agent.providers.factory import make_provider
+from meta_agent.providers.model_setting import parse_model
 from meta_agent.shared.text import some_of
 
 DESCRIBE_IMAGE = InternalTool(

@@ -20,7 +20,7 @@ from meta_agent.core.messages import ImagePart, Part, TextPart
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome
 from meta_agent.errors import ImageGenError
 from meta_agent.internal.images import FETCH_LIMITS, FetchLimits, ImageRefused, fetch_image
-from meta_agent.providers import provider_error
+from meta_agent.providers.wire import provider_error
 from meta_agent.shared.text import one_line, plural
 
 IMAGE_GEN = InternalTool(

@@ -9,9 +9,11 @@ from typing import Literal
 
 import anyio
 
+from meta_agent.core.messages import ModelRequest, ModelResponse
 from meta_agent.core.provider import Provider
-from meta_agent.errors import ModelNotConfigured
-from meta_agent.providers import Unusable, make_provider, parse_chain, resolve_provider
+from meta_agent.errors import ModelNotConfigured, ProviderAuthError
+from meta_agent.providers.factory import make_provider, resolve_provider
+from meta_agent.providers.model_setting import parse_chain
 
 
 class ModelChain:
@@ -80,3 +82,26 @@ class ModelChain:
                     spec or None, self.environ, timeout=self.timeout, openai_api=self.openai_api, aiohttp=self.aiohttp
                 )
         return self._providers[spec]
+
+
+class Unusable:
+    """A model of a fallback chain that cannot be made here (its API key is not set, the caller cannot sample):
+    each call fails as a refused key does, so the chain goes on with the next model and the progress says why."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self._name = name
+        self._problem = problem
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def accepts_images(self) -> bool:
+        return False
+
+    async def aclose(self) -> None:
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise ProviderAuthError(self._problem, brief="not configured")

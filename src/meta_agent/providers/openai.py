@@ -28,7 +28,7 @@ from meta_agent.core.messages import (
     UserMessage,
 )
 from meta_agent.errors import ModelNotConfigured
-from meta_agent.providers import (
+from meta_agent.providers.wire import (
     UNREADABLE,
     WrongShape,
     answer_error,

@@ -25,7 +25,8 @@ from meta_agent.core.messages import (
     UserMessage,
 )
 from meta_agent.errors import ProviderError, ProviderRateLimited, ProviderUnavailable
-from meta_agent.providers import (
+from meta_agent.providers.openai import OpenAIProvider, call_of, tool_outputs
+from meta_agent.providers.wire import (
     DETAIL_SHOWN,
     WrongShape,
     answer_error,
@@ -34,7 +35,6 @@ from meta_agent.providers import (
     field,
     token_count,
 )
-from meta_agent.providers.openai import OpenAIProvider, call_of, tool_outputs
 from meta_agent.shared.text import one_line
 
 # What this wire format's thinking parts say they came from: only those are sent back as reasoning items.
