@@ -13,6 +13,7 @@ from typing import Any, get_args
 
 import anyio
 import pytest
+from pydantic import TypeAdapter
 from server_doubles import fault_double, time_double
 from tool_double import ToolDouble
 
@@ -31,7 +32,7 @@ from meta_agent.core.messages import (
     ToolMessage,
     Usage,
 )
-from meta_agent.core.result import ErrorKind, RunOut, RunResult, StopReason
+from meta_agent.core.result import ErrorKind, RunResult, StopReason
 from meta_agent.core.tool_call import ArgumentCheck, Verdict
 from meta_agent.core.tools import NO_RUN, InternalTool, RunContext, ToolHints, ToolOutcome, ToolSpec
 from meta_agent.errors import ProviderUnavailable, ScriptError
@@ -611,6 +612,6 @@ async def test_metrics_count_errors_by_category_and_time_per_tool(servers: Serve
 def test_the_result_schema_names_every_stop_reason_and_error_kind() -> None:
     """Hosts read the result through its schema: the stop reasons and error categories are enums there, taken from
     the types the loop fills in, so a new one cannot be left out of it."""
-    schema = RunOut.model_json_schema()
+    schema = TypeAdapter(RunResult).json_schema()
     assert schema["properties"]["stop_reason"]["enum"] == list(get_args(StopReason))
-    assert schema["$defs"]["UsageOut"]["properties"]["errors"]["propertyNames"]["enum"] == list(get_args(ErrorKind))
+    assert schema["$defs"]["RunUsage"]["properties"]["errors"]["propertyNames"]["enum"] == list(get_args(ErrorKind))

@@ -19,23 +19,20 @@ import anyio
 
 from meta_agent.cli.terminal import EXIT_USAGE, fail, note
 from meta_agent.config.settings import load_settings
-from meta_agent.errors import ConfigError
-from meta_agent.records.run_history import (
-    Answered,
-    Failed,
-    Finished,
-    Limit,
-    Listing,
-    Record,
-    Responded,
-    RunSummary,
-    Started,
-    Switched,
-    ToolFinished,
-    Trace,
-    read,
-    recent,
+from meta_agent.core.events import (
+    ApprovalAnswered,
+    LimitReached,
+    ModelResponded,
+    ModelSwitched,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    ToolCallFinished,
 )
+from meta_agent.core.messages import TextPart
+from meta_agent.core.result import unavailable_line
+from meta_agent.errors import ConfigError
+from meta_agent.records.run_history import Listing, Record, RunSummary, Trace, read, recent
 from meta_agent.records.traces import default_trace_dir
 from meta_agent.shared.text import first_line, one_line, plural, printable, some_of
 
@@ -174,10 +171,10 @@ def account(trace: Trace) -> list[str]:
     model_ms: list[int] = []
     tool_ms: dict[str, list[int]] = defaultdict(list)
     for record in trace.records:
-        if isinstance(record, Responded):
-            model_ms.append(record.duration_ms)
-        elif isinstance(record, ToolFinished):
-            tool_ms[record.name].append(record.duration_ms)
+        if isinstance(record.event, ModelResponded):
+            model_ms.append(record.event.duration_ms)
+        elif isinstance(record.event, ToolCallFinished):
+            tool_ms[record.event.name].append(record.event.duration_ms)
         lines += _record_lines(record)
     if trace.end is None:
         lines.append(
@@ -194,31 +191,36 @@ def account(trace: Trace) -> list[str]:
 
 def _record_lines(record: Record) -> list[str]:
     """The lines of the account that one record of the trace gives; none for the kinds an account leaves out."""
-    step = record.step
-    match record:
-        case Started():
-            started = f"run {record.run_id} · {record.mode} with {record.model} · {record.ts}"
-            return [started, f"task: {_short(record.task)}"]
-        case Responded():
-            return _response_lines(record)
-        case Answered():
-            return [f"step {step} · {record.name}: {record.answer}"]
-        case ToolFinished():
-            text = " ".join(part.text if part.text is not None else f"[{part.kind}]" for part in record.result)
-            state = "ok" if record.ok else "error"
-            return [f"step {step} · {record.name} {state} ({record.duration_ms} ms)", f"  returned: {_short(text)}"]
-        case Limit():
-            return [f"step {step} · limit {record.limit}: last turn without tools"]
-        case Switched():
-            return [f"step {step} · {record.failed} failed ({_short(record.brief)}); went on with {record.next}"]
-        case Finished():
-            return [f"done · {record.result.stop_reason}{_spent(record)}", f"answer: {_short(record.result.answer)}"]
-        case Failed():
-            return [f"failed{_spent(record)} · {_short(record.error)}"]
+    match event := record.event:
+        case RunStarted():
+            return _start_lines(record.ts, event)
+        case ModelResponded():
+            return _response_lines(event)
+        case ApprovalAnswered():
+            return [f"step {event.step} · {event.name}: {event.answer}"]
+        case ToolCallFinished():
+            text = " ".join(part.text if isinstance(part, TextPart) else f"[{part.kind}]" for part in event.result)
+            state = "ok" if event.ok else "error"
+            return [f"step {event.step} · {event.name} {state} ({event.duration_ms} ms)", f"  returned: {_short(text)}"]
+        case LimitReached():
+            return [f"step {event.step} · limit {event.limit}: last turn without tools"]
+        case ModelSwitched():
+            return [f"step {event.step} · {event.failed} failed ({_short(event.brief)}); went on with {event.next}"]
+        case RunFinished():
+            return [f"done · {event.result.stop_reason}{_spent(event)}", f"answer: {_short(event.result.answer)}"]
+        case RunFailed():
+            return [f"failed{_spent(event)} · {_short(event.error)}"]
     return []
 
 
-def _spent(end: Finished | Failed) -> str:
+def _start_lines(ts: str, started: RunStarted) -> list[str]:
+    lines = [f"run {started.run_id} · {started.mode} with {started.model} · {ts}", f"task: {_short(started.task)}"]
+    if started.unavailable_servers:  # the run went without their tools: a reader must not think it had them
+        lines.append(f"not ready, tools left out: {_short(unavailable_line(started.unavailable_servers))}")
+    return lines
+
+
+def _spent(end: RunFinished | RunFailed) -> str:
     """What the run spent, as ` · 2 model calls, 1 tool call, 300 tokens`; empty for a failed run whose trace (of an
     older version) lacks what it had done."""
     if end.result is None:
@@ -228,17 +230,17 @@ def _spent(end: Finished | Failed) -> str:
     return f" · {calls}, {usage.input_tokens + usage.output_tokens} tokens"
 
 
-def _response_lines(record: Responded) -> list[str]:
-    tokens = f"{record.input_tokens} in / {record.output_tokens} out tokens"
-    lines = [f"step {record.step} · model ({record.duration_ms} ms, {tokens})"]
-    response = record.response
-    thoughts = response.thinking if response is not None else []
-    asked = response.tool_calls if response is not None else []
+def _response_lines(responded: ModelResponded) -> list[str]:
+    tokens = f"{responded.input_tokens} in / {responded.output_tokens} out tokens"
+    lines = [f"step {responded.step} · model ({responded.duration_ms} ms, {tokens})"]
+    response = responded.response
+    thoughts = response.thinking if response is not None else ()
+    asked = response.tool_calls if response is not None else ()
     lines += [f"  thought: {_short(thought.text)}" for thought in thoughts if thought.text]
-    for call, name in zip(asked, record.tool_calls, strict=False):
+    for call, name in zip(asked, responded.tool_calls, strict=False):
         lines.append(f"  asked for: {name} {_short(_json(call.arguments))}")
-    if record.text:
-        lines.append(f"  said: {_short(record.text)}")
+    if responded.text:
+        lines.append(f"  said: {_short(responded.text)}")
     return lines
 
 

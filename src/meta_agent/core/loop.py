@@ -281,13 +281,13 @@ class _Run:
                 )
             )
             if final:
-                self.steps.append(StepRecord(index=step))
+                self.steps.append(StepRecord(index=step, tool_calls=()))
                 return Answer(response.text)
             self.transcript.append(response.as_message())
             if self.search is not None:  # a selected tool called unseen (known from earlier) is shown from now on
                 self.search.called(call.name for call in calls)
             if not calls:
-                self.steps.append(StepRecord(index=step))
+                self.steps.append(StepRecord(index=step, tool_calls=()))
                 return Answer(response.text)
             return CallTools(response.text, calls)
         return OutOfTime()

@@ -1,20 +1,32 @@
-"""A run's result, defined once: what the loop returns (`RunResult` and its records) and the structured result of
+"""A run's result, defined once: what the loop returns (`RunResult` and its records) is the structured result of
 `ask`, `plan` and `agent` (README, MCP tools) that hosts get.
 
-The MCP front advertises the pydantic models below to hosts as the tools' output schema, and every result is dumped
-through them (`RunResult.to_json`: the tools' structured content, `meta-agent run --json`), so the schema and the JSON
-cannot drift. Fields that are optional are left out of the JSON when empty, as `exclude_if` says on each.
+pydantic reads these dataclasses for the tools' output schema, which the MCP front advertises (`RunResult` is the
+output model of front/tool_results.py's `RunAnswer`), and dumps every result through them (`RunResult.to_json`: the
+tools' structured content, `meta-agent run --json`, the run index), so the schema and the JSON cannot drift. Each
+field's `Field` says what hosts see of it: its description; `exclude_if`, left out of the JSON when empty; `Hidden`,
+never sent (the transcript, the images, a tool call's error kind). A field that every result's JSON holds has no
+default: the loop always fills it in, and the schema tells hosts they can count on it.
+
+The dataclasses stay plain (pydantic builds no validator when they are made) and pydantic reads them only when a
+result is first dumped or the schema first asked for: importing the loop costs no schema. DBOS pickles a durable run's
+result (durable/runs.py): a field renamed or removed here would break the results of runs recorded before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
 
 from meta_agent.core.messages import ImagePart, Message
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 Mode = Literal["ask", "plan", "agent"]
 StopReason = Literal["final", "max_steps", "token_budget", "deadline", "cancelled", "error"]
@@ -25,8 +37,15 @@ ErrorKind = Literal["tool", "timeout", "approval", "limit"]
 # `meta-agent run`), it is down and being retried (`restarting`), or it was still starting when the wait for it ended.
 NotReady = Literal["failed", "restarting", "starting"]
 
+T = TypeVar("T")
 
-# -- what the loop returns ---------------------------------------------------------------------------------------------
+
+def _empty(value: object) -> bool:
+    return not value
+
+
+# A field the loop's callers get and hosts never do: left out of the JSON and of the output schema.
+Hidden = Annotated[T, Field(exclude=True), SkipJsonSchema()]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,37 +54,42 @@ class ToolCallRecord:
     arguments: Mapping[str, Any]
     ok: bool
     duration_ms: int
-    error: str | None = None
-    error_kind: ErrorKind | None = None
+    error: Annotated[str | None, Field(exclude_if=_empty)] = None
+    error_kind: Hidden[ErrorKind | None] = None  # counted in the run's usage.errors
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepRecord:
     index: int
-    tool_calls: tuple[ToolCallRecord, ...] = ()
+    tool_calls: tuple[ToolCallRecord, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunUsage:
-    model_calls: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0  # of the output tokens
+    model_calls: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: Annotated[int, Field(exclude_if=_empty, description="of the output tokens, spent reasoning")] = 0
     duration_ms: int = 0
-    models: Mapping[str, int] = field(default_factory=dict)  # model calls by model (`provider:model`)
-    tool_ms: Mapping[str, int] = field(default_factory=dict)  # time spent in each tool, summed over its calls
-    errors: Mapping[ErrorKind, int] = field(default_factory=dict)
+    # Model calls by `provider:model`, and milliseconds by tool (summed over its calls).
+    models: Annotated[
+        Mapping[str, int], Field(description="model calls by model: more than one when a fallback chain took over")
+    ] = field(default_factory=dict)
+    tool_ms: Annotated[Mapping[str, int], Field(description="time spent in each tool")] = field(default_factory=dict)
+    errors: Annotated[Mapping[ErrorKind, int], Field(description="failed tool calls and limits reached, by cause")] = (
+        field(default_factory=dict)
+    )
 
 
+# A server whose tools a run could have used (its mode and `tools` patterns allow them), not ready when the run
+# started: its tools were not offered to the model. (A comment, not a docstring: pydantic would put a docstring in the
+# output schema.)
 @dataclass(frozen=True, kw_only=True)
 class UnavailableServer:
-    """A server whose tools a run could have used (its mode and `tools` patterns allow them), not ready when the run
-    started: its tools were not offered to the model."""
-
     server: str
-    status: NotReady
-    reason: str  # one line, as `meta-agent check` says it ("command not found: ...")
+    status: Annotated[NotReady, Field(description="failed, restarting (down, being retried) or starting")]
+    reason: Annotated[str, Field(description="why, in one line, as `meta-agent check` says it")]
 
     def describe(self) -> str:
         """E.g. `time (failed: No module named mcp_server_time)`."""
@@ -77,102 +101,53 @@ def unavailable_line(servers: tuple[UnavailableServer, ...]) -> str:
     return "; ".join(server.describe() for server in servers)
 
 
+# Its docstring is the output schema's description, which hosts read.
 @dataclass(frozen=True, kw_only=True)
 class RunResult:
+    """The structured result of `ask`, `plan` and `agent` (README, MCP tools)."""
+
     answer: str
-    stop_reason: StopReason
+    stop_reason: Annotated[
+        StopReason, Field(description="final, or what ended the run first: a limit, cancellation, an error")
+    ]
     run_id: str
-    steps: tuple[StepRecord, ...] = ()
-    usage: RunUsage = field(default_factory=RunUsage)
-    images: tuple[ImagePart, ...] = ()  # images internal tools made during the run, for the host
-    conversation_id: str | None = None
-    conversation_trimmed: int = 0  # oldest turns of the conversation dropped to keep it within bounds
-    conversation_error: str | None = None  # why this turn is in no conversation (it could not be saved)
-    unavailable_servers: tuple[UnavailableServer, ...] = ()  # servers the run could have used that were not ready
-    transcript: tuple[Message, ...] = field(default=(), repr=False)  # the whole conversation so far
+    conversation_id: Annotated[str | None, Field(description="pass it back to `agent` to continue")] = None
+    conversation_trimmed: Annotated[
+        int, Field(exclude_if=_empty, description="oldest turns dropped to keep the conversation in bounds")
+    ] = 0
+    conversation_error: Annotated[
+        str | None,
+        Field(
+            exclude_if=_empty,
+            description="why this turn could not be saved in a conversation (conversation_id is then null)",
+        ),
+    ] = None
+    unavailable_servers: Annotated[
+        tuple[UnavailableServer, ...],
+        Field(
+            exclude_if=_empty,
+            description="servers whose tools this run could have used that were not ready when it started (their "
+            "tools were not offered), each with why; absent when every one was ready",
+        ),
+    ] = field(default_factory=tuple)  # a factory, not `()`: the schema shows no default, as for every list
+    steps: tuple[StepRecord, ...]
+    usage: RunUsage
+    images: Hidden[tuple[ImagePart, ...]] = ()  # images internal tools made during the run, for the host's content
+    transcript: Hidden[tuple[Message, ...]] = field(default=(), repr=False)  # the whole conversation so far
 
     def to_json(self) -> dict[str, Any]:
-        """The structured result (README, MCP tools), as `RunOut` below dumps it.
+        """The structured result (README, MCP tools).
 
         Returns:
             JSON-ready data, in the shape of the `ask`, `plan` and `agent` tools' output schema; empty optional
             fields left out.
         """
-        return RunOut.model_validate(self).model_dump()
+        data: dict[str, Any] = _adapter().dump_python(self, mode="json")
+        return data
 
 
-# -- what hosts get: the structured result and its schema --------------------------------------------------------------
+@cache
+def _adapter() -> TypeAdapter[RunResult]:
+    from pydantic import TypeAdapter  # on first use: the loop's import builds no schema
 
-
-def _empty(value: object) -> bool:
-    return not value
-
-
-class ToolCallOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)  # read from the loop's ToolCallRecord
-
-    name: str
-    arguments: dict[str, Any]
-    ok: bool
-    duration_ms: int
-    error: str | None = Field(default=None, exclude_if=_empty)
-
-
-class StepOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    index: int
-    tool_calls: list[ToolCallOut]
-
-
-class UsageOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    model_calls: int
-    tool_calls: int
-    input_tokens: int
-    output_tokens: int
-    reasoning_tokens: int = Field(default=0, exclude_if=_empty, description="of the output tokens, spent reasoning")
-    duration_ms: int = 0
-    models: dict[str, int] = Field(
-        default_factory=dict, description="model calls by model: more than one when a fallback chain took over"
-    )
-    tool_ms: dict[str, int] = Field(default_factory=dict, description="time spent in each tool")
-    errors: dict[ErrorKind, int] = Field(
-        default_factory=dict, description="failed tool calls and limits reached, by cause"
-    )
-
-
-class UnavailableServerOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    server: str
-    status: NotReady = Field(description="failed, restarting (down, being retried) or starting")
-    reason: str = Field(description="why, in one line, as `meta-agent check` says it")
-
-
-class RunOut(BaseModel):
-    """The structured result of `ask`, `plan` and `agent` (README, MCP tools)."""
-
-    model_config = ConfigDict(from_attributes=True)  # read from the loop's RunResult
-
-    answer: str
-    stop_reason: StopReason = Field(description="final, or what ended the run first: a limit, cancellation, an error")
-    run_id: str
-    conversation_id: str | None = Field(default=None, description="pass it back to `agent` to continue")
-    conversation_trimmed: int = Field(
-        default=0, exclude_if=_empty, description="oldest turns dropped to keep the conversation in bounds"
-    )
-    conversation_error: str | None = Field(
-        default=None,
-        exclude_if=_empty,
-        description="why this turn could not be saved in a conversation (conversation_id is then null)",
-    )
-    unavailable_servers: list[UnavailableServerOut] = Field(
-        default_factory=list,
-        exclude_if=_empty,
-        description="servers whose tools this run could have used that were not ready when it started (their tools "
-        "were not offered), each with why; absent when every one was ready",
-    )
-    steps: list[StepOut]
-    usage: UsageOut
+    return TypeAdapter(RunResult)

@@ -1,23 +1,38 @@
 """What our MCP tools return to a host: a run's answer with its structured result, and a tool error of one line.
 
-The structured result's shape is defined once, in meta_agent.core.result (README, MCP tools).
+The structured result's shape is defined once, by the loop's own `RunResult` (meta_agent.core.result): it is the
+output model of `ask`, `plan` and `agent`, from which the SDK derives their output schema.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import mcp.types as t
+from pydantic import BaseModel, GetCoreSchemaHandler
+from pydantic_core import CoreSchema
 
 from meta_agent.core.messages import ImagePart, Part
-from meta_agent.core.result import RunOut, RunResult, unavailable_line
+from meta_agent.core.result import RunResult, unavailable_line
 
 NOT_REMEMBERED = "Not saved in a conversation (conversation_id is null): "  # leads conversation_error in the text
 # Leads the line naming the servers a run could have used that were not ready (unavailable_servers).
 NOT_READY = "Servers not ready, their tools left out of this run: "
 
-# What ask/plan/agent return: a result checked against RunOut, or (2026-07-28) a question for the user.
-RunAnswer = Annotated[t.CallToolResult, RunOut] | t.InputRequiredResult
+
+class StructuredResult(BaseModel):
+    """RunResult as the SDK's output model. The SDK takes a pydantic model as it is, but remakes any other class
+    from its bare type hints, which would lose what each field's `Field` says (descriptions, fields never sent, empty
+    ones left out): this model is RunResult's own schema, for the output schema and the check of each result."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler, /) -> CoreSchema:
+        return handler(RunResult)
+
+
+# What ask/plan/agent return: a result whose structured content is a RunResult's JSON (the SDK checks it against
+# RunResult, whose schema it advertises), or (2026-07-28) a question for the user.
+RunAnswer = Annotated[t.CallToolResult, StructuredResult] | t.InputRequiredResult
 
 
 def run_result(result: RunResult) -> t.CallToolResult:

@@ -1,9 +1,12 @@
 """A run's history read back from its trace: the records it holds, its status, and the list of recent runs.
 
-What `meta-agent runs [show ID]` reads (cli/runs.py tells it). A trace is read for what is whole in it: a line that is
-not a JSON object, or a record without the fields its kind needs, is skipped and counted, and so is a file of the
-trace directory that is not a readable trace. A run whose trace has no last record is `running` while a live process
-still writes it (see `traces.trace_is_live`), else `interrupted`.
+What `meta-agent runs [show ID]` reads (cli/runs.py tells it). Each line of a trace is read back by the event type
+that wrote it (core/events.py), which pydantic validates it against: a line that is not a JSON object, lacks its time
+or kind, or that its type refuses (a field missing, a stop reason no run has), is skipped and counted, and so is a
+file of the trace directory that is not a readable trace. A record of a kind this version does not know (a later
+version's), and a model request, which the trace stores as what is new since the run's previous request rather than
+as the event (records/traces.py), are kept for their time only. A run whose trace has no last record is `running`
+while a live process still writes it (see `traces.trace_is_live`), else `interrupted`.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from meta_agent.core.result import RunOut
+from meta_agent.core.events import Event, ModelRequested, RunFailed, RunFinished, RunStarted
 from meta_agent.errors import ConfigError
 from meta_agent.records.traces import read_trace
 from meta_agent.shared.text import plural
@@ -25,91 +29,23 @@ from meta_agent.shared.text import plural
 RUN_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")  # a ULID
 Status = Literal["running", "interrupted", "done"]
 
+# Every event type by its kind; a model request is stored otherwise than as its event (see the docstring).
+_TYPES: dict[str, type[Any]] = {kind.kind: kind for kind in get_args(Event) if kind is not ModelRequested}
 
-# -- the records a run's account tells; other kinds are kept only as whole records -----------------------------------
 
+@dataclass(frozen=True, kw_only=True)
+class Untold:
+    """A record kept for its time only: a model request, or a kind this version does not know."""
 
-class Record(BaseModel):
     kind: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """One line of a trace: when it was written, and its event, as the event's own type reads it back."""
+
     ts: str
-    step: int | None = None
-
-
-class Started(Record):
-    run_id: str
-    mode: str
-    model: str
-    task: str
-
-
-class Thought(BaseModel):
-    text: str = ""
-
-
-class Asked(BaseModel):
-    arguments: Any = None
-
-
-class Response(BaseModel):
-    thinking: list[Thought] = []
-    tool_calls: list[Asked] = []
-
-
-class Responded(Record):
-    duration_ms: int
-    input_tokens: int
-    output_tokens: int
-    text: str = ""
-    tool_calls: list[str] = []
-    response: Response | None = None
-
-
-class Answered(Record):
-    name: str
-    answer: str
-
-
-class Part(BaseModel):
-    kind: str = "?"
-    text: str | None = None
-
-
-class ToolFinished(Record):
-    name: str
-    ok: bool
-    duration_ms: int
-    result: list[Part] = []
-
-
-class Limit(Record):
-    limit: str
-
-
-class Switched(Record):
-    failed: str
-    brief: str
-    next: str
-
-
-class Finished(Record):
-    result: RunOut  # the structured result, read back through its one definition
-
-
-class Failed(Record):
-    error: str
-    result: RunOut | None = None  # what the run had done; traces of older versions lack it
-
-
-_KINDS: dict[str, type[Record]] = {
-    "run_started": Started,
-    "model_responded": Responded,
-    "approval_answered": Answered,
-    "tool_call_finished": ToolFinished,
-    "limit_reached": Limit,
-    "model_switched": Switched,
-    "run_finished": Finished,
-    "run_failed": Failed,
-}
+    event: Event | Untold
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,12 +57,19 @@ class Trace:
     live: bool  # a live process was still writing it when it was read
 
     @property
-    def started(self) -> Started | None:
-        return next((r for r in self.records if isinstance(r, Started)), None)
+    def start(self) -> tuple[str, RunStarted] | None:
+        """When the run started, and how (its `run_started` record)."""
+        for record in self.records:
+            if isinstance(record.event, RunStarted):
+                return record.ts, record.event
+        return None
 
     @property
-    def end(self) -> Finished | Failed | None:
-        return next((r for r in reversed(self.records) if isinstance(r, Finished | Failed)), None)
+    def end(self) -> RunFinished | RunFailed | None:
+        for record in reversed(self.records):
+            if isinstance(record.event, RunFinished | RunFailed):
+                return record.event
+        return None
 
     @property
     def status(self) -> Status:
@@ -171,18 +114,30 @@ def _read(path: Path) -> Trace:
 
 
 def _record(line: bytes) -> Record | None:
-    """One line as a record, or None: not JSON (cut short by a crash), not an object, or missing what its kind needs."""
+    """One line as a record, or None: not JSON (cut short by a crash), not an object, without its time or kind, or
+    refused by its event's type. Fields the type does not have (`ts`, the first record's `writer`) are ignored."""
     try:
         raw = json.loads(line.decode("utf-8", errors="replace"))
     except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
     if not isinstance(raw, dict):
         return None
-    kind = raw.get("kind")
+    kind, ts = raw.get("kind"), raw.get("ts")
+    if not isinstance(kind, str) or not isinstance(ts, str):
+        return None
+    if kind not in _TYPES:
+        return Record(ts=ts, event=Untold(kind=kind))
     try:
-        return _KINDS.get(kind if isinstance(kind, str) else "", Record).model_validate(raw)
+        event: Event = _adapter(kind).validate_python(raw)
     except (ValidationError, RecursionError):
         return None
+    return Record(ts=ts, event=event)
+
+
+@cache
+def _adapter(kind: str) -> TypeAdapter[Any]:
+    """The validator of one kind's event type, made when a trace first holds that kind."""
+    return TypeAdapter(_TYPES[kind])
 
 
 # -- the list of recent runs -----------------------------------------------------------------------------------------
@@ -255,21 +210,22 @@ def _newest_first(directory: Path) -> list[Path]:
 
 
 def _summary(run_id: str, trace: Trace) -> RunSummary | None:
-    first, end = trace.started, trace.end
-    if first is None:
+    start, end = trace.start, trace.end
+    if start is None:
         return None
+    started, first = start
     result = end.result if end is not None else None
     status = trace.status
     return RunSummary(
         run_id=run_id,
-        started=first.ts,
+        started=started,
         mode=first.mode,
         task=first.task,
         status=status,
         stop_reason=result.stop_reason if result else ("error" if end is not None else status),
         steps=len(result.steps) if result else 0,
         tokens=result.usage.input_tokens + result.usage.output_tokens if result else 0,
-        seconds=_seconds(first.ts, trace.records[-1].ts),
+        seconds=_seconds(started, trace.records[-1].ts),
     )
 
 
