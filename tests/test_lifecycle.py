@@ -412,14 +412,17 @@ async def test_where_no_signal_can_be_caught_ctrl_c_still_ends_every_family(
     """Windows has no signal receiver for an event loop: a Ctrl-C comes as KeyboardInterrupt. Emulated here by running
     `meta-agent run` with no signals to catch; the run unwinds, the families go, and the exit is still SIGINT's."""
     config = write_config(tmp_path, families(marker, "shell", "launcher"))
-    llm.reply(openai_reply("too late"), delay=600)
+    # The reply and the wait are this run's own (its task is unique): a request of another process at the same
+    # endpoint must not pass for this run's, which would be signalled before it had reached its model request.
+    mine = f"think {uuid.uuid4().hex}"  # not the marker: processes_with(marker) counts the families' processes only
+    llm.reply(openai_reply("too late"), delay=600, match=mine)
     code = "import sys, meta_agent.cli.main as m; m.SIGNALS = (); sys.exit(m.main(sys.argv[1:]))"
     process = await anyio.open_process(
-        [sys.executable, "-c", code, "run", "think", "--config", str(config)],
+        [sys.executable, "-c", code, "run", mine, "--config", str(config)],
         env=openai_env(llm, model=MODEL, base=os.environ),
     )
     try:
-        await until("the model request", lambda: len(llm.requests) == 1)
+        await until("the model request", lambda: any(mine in json.dumps(r.body) for r in llm.requests))
         assert len(processes_with(marker)) == 4  # both families are up
         process.send_signal(signal.SIGINT)
         with anyio.fail_after(BOUND):
