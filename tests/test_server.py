@@ -214,7 +214,7 @@ async def test_our_result_failing_its_own_schema_is_no_argument_error(
 ) -> None:
     """Fault injection (a bug cannot be had for real): a structured result of ours that breaks the output schema is
     the SDK's crash report, not an error blaming the caller's arguments."""
-    from meta_agent.front import server as front
+    from meta_agent.front import calls as front
 
     def broken(result: Any) -> t.CallToolResult:
         return t.CallToolResult(content=[t.TextContent(type="text", text="x")], structured_content={"answer": 1})

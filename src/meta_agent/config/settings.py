@@ -119,6 +119,18 @@ class Settings(BaseSettings):
         description="Runs of 2026-07-28 callers that may wait for an answer at once, per process; the next call that"
         " would park is refused in one line.",
     )
+    task_ttl: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds an MCP task and its result are kept at most from its creation (a running task is kept"
+        " until it ends); a caller's `ttl` is honoured within this, and within a minute at least.",
+    )
+    max_tasks: int = Field(
+        default=100,
+        ge=1,
+        description="MCP tasks that may run at once per process; a call that would start one more is refused in one"
+        " line.",
+    )
     internal_tools: str | None = Field(
         default=None,
         description="The internal tools offered, comma-separated (`image_gen`, `describe_image`, `read_result`)."

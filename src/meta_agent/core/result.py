@@ -146,6 +146,15 @@ class RunResult:
         return data
 
 
+def run_result_of(data: Mapping[str, Any]) -> RunResult:
+    """A run's structured result (`RunResult.to_json()`) read back; its images and transcript, never in it, empty.
+
+    Raises:
+        ValueError: `data` is not a structured result (pydantic's ValidationError is one).
+    """
+    return _adapter().validate_python(data)
+
+
 @cache
 def _adapter() -> TypeAdapter[RunResult]:
     from pydantic import TypeAdapter  # on first use: the loop's import builds no schema

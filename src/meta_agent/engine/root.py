@@ -185,6 +185,7 @@ class Engine:
         sampling: Provider | None = None,
         questions: Questions | None = None,
         conversation_id: str | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         """One run of the loop with a caller's arguments.
 
@@ -201,6 +202,7 @@ class Engine:
             sampling: the host's own model, where the caller can sample (`sampling` in META_AGENT_MODEL).
             questions: where the children's questions (elicitation) go to the caller.
             conversation_id: the conversation this run continues; None: a new one.
+            run_id: the run's id, where the caller gave it one already (an MCP task's); None: a new one.
 
         Returns:
             The run's result: its answer, stop reason, steps and usage, and the conversation it continues.
@@ -223,6 +225,7 @@ class Engine:
             sampling=sampling,
             questions=questions,
             conversation_id=conversation_id,
+            run_id=run_id,
         )
 
     def _child_changed(self, child: ChildServer) -> None:

@@ -107,6 +107,7 @@ class Runs:
         sampling: Provider | None = None,
         questions: Questions | None = None,
         conversation_id: str | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         """One run of the loop with a caller's arguments (`Engine.run`).
 
@@ -117,7 +118,7 @@ class Runs:
             ProviderError: no model is configured, or the provider failed.
         """
         spec = RunSpec(
-            run_id=str(ULID()),
+            run_id=run_id or str(ULID()),
             task=task,
             mode=mode,
             patterns=patterns,

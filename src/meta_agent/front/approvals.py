@@ -235,7 +235,7 @@ class ParkedRuns:
         self._tg = tg
         self._shared = shared
         self._runs: dict[str, ParkedRun] = {}
-        self._spaces = ParkingSpaces(max_parked)
+        self.spaces = ParkingSpaces(max_parked)
 
     async def drive(
         self, ctx: Context, work: Work, allowed: set[str], scope: str
@@ -270,7 +270,7 @@ class ParkedRuns:
     def _start(self, ctx: Context, work: Work, allowed: set[str], scope: str) -> ParkedRun:
         """A new run, its approvals asked in rounds, and its children's questions too (`ParkedRun` answers them)."""
         caps = ctx.client_capabilities
-        run = ParkedRun(self._spaces, sampling=caps is not None and caps.sampling is not None, shared=self._shared)
+        run = ParkedRun(self.spaces, sampling=caps is not None and caps.sampling is not None, shared=self._shared)
         self._runs[run.id] = run
         approver = ParkedApprover(run, allowed, scope)
         self._tg.start_soon(run.execute, partial(work, run.emit, approver, run), lambda: self._runs.pop(run.id, None))

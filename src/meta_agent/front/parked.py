@@ -107,9 +107,20 @@ class ParkedRun:
     then so does the next round, which hears the run's progress through the database too.
     """
 
-    def __init__(self, spaces: ParkingSpaces, *, sampling: bool = False, shared: SharedRounds | None = None) -> None:
-        self.id = str(ULID())
+    def __init__(
+        self,
+        spaces: ParkingSpaces,
+        *,
+        sampling: bool = False,
+        shared: SharedRounds | None = None,
+        parked_id: str | None = None,
+        detached: bool = False,
+    ) -> None:
+        """`parked_id`: the run's own id where it has one already (an MCP task's); `detached`: the run outlives its
+        rounds (a task's: a caller that stops waiting for it does not stop it)."""
+        self.id = parked_id or str(ULID())
         self.scope = anyio.CancelScope()
+        self.detached = detached
         self.ticks = itertools.count(1)  # progress keeps counting up across the rounds
         self._spaces = spaces
         self._refused: t.CallToolResult | None = None  # the call's answer when the run could not wait
@@ -251,7 +262,8 @@ class ParkedRun:
                 await self._posted.wait()
             outcome = self._outcome[1] if self._outcome is not None and self._outcome[0] > after else _ended()
         except anyio.get_cancelled_exc_class():
-            self.scope.cancel()  # the caller gave up on this round: stop the run
+            if not self.detached:
+                self.scope.cancel()  # the caller gave up on this round: stop the run
             raise
         finally:
             self._sink = None
@@ -259,6 +271,20 @@ class ParkedRun:
         if isinstance(outcome, t.CallToolResult) and self._shared is not None:
             await self._tell(self._shared.collected, self.id)
         return outcome
+
+    def latest(self) -> tuple[int, Question | t.CallToolResult] | None:
+        """The run's latest outcome and its number, without waiting: the question pending (while `can_answer` its
+        number), or the result; None before the first."""
+        return self._outcome
+
+    async def changed(self) -> None:
+        """Wait for the run's next outcome, or its end."""
+        if not self._ended:
+            await self._posted.wait()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
 
     # -- below -----------------------------------------------------------------------------------------------------
 

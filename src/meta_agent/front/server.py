@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, nullcontext
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, cast
@@ -22,40 +21,34 @@ import anyio
 import mcp.types as t
 import structlog
 from mcp.server import MCPServer
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
 from pydantic import AfterValidator, Field, ValidationError, WithJsonSchema
 
-from meta_agent.children.questions import Questions
 from meta_agent.config.servers import DEFAULT_START_TIMEOUT, ServerEntry
 from meta_agent.config.settings import Settings
-from meta_agent.core import events as ev
 from meta_agent.core.provider import Provider
-from meta_agent.core.result import Mode, RunResult
-from meta_agent.core.tool_call import Approver
 from meta_agent.engine import Engine
-from meta_agent.errors import MetaAgentError, summary
-from meta_agent.front.approvals import (
-    ForwardedQuestions,
-    LiveApprover,
-    ParkedRuns,
-    SessionAllowances,
-    can_elicit,
-    is_modern,
-    over_http,
-)
+from meta_agent.errors import MetaAgentError
+from meta_agent.front import task_protocol
+from meta_agent.front.approvals import ParkedRuns, SessionAllowances, is_modern
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
+from meta_agent.front.calls import Front, front_of, start_run
 from meta_agent.front.host_logs import HostLogs
 from meta_agent.front.parked import SharedKey
-from meta_agent.front.progress import Progress
 from meta_agent.front.subscriptions import ToolboxSubscribers
-from meta_agent.front.tool_results import RunAnswer, content_block, run_failed, run_result, tool_error
+from meta_agent.front.task_protocol import PENDING, TasksExtension, relay_progress
+from meta_agent.front.tasks import TaskBoard, TaskRefused, TaskView, owner_of
+from meta_agent.front.tool_results import RunAnswer, content_block, tool_error
 from meta_agent.internal import internal_tools
-from meta_agent.providers.sampling import SamplingProvider
 from meta_agent.records.traces import Redactor
+from meta_agent.shared.ids import random_ulid
 from meta_agent.shared.unimported import hidden
 from meta_agent.store.parking import SharedRounds
+from meta_agent.store.tasks import TaskRows
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -72,19 +65,6 @@ ToolPatterns = Annotated[
     list[str] | None,
     Field(description='Glob patterns over tool names ("time.*", "image_gen"); absent: every tool of the mode.'),
 ]
-
-
-@dataclass(frozen=True)
-class Front:
-    """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, and what the user allowed "for
-    this session": per MCP session (2025-11-25), and for 2026-07-28 callers off HTTP for the lifespan, which there
-    serves one connection (stdio: the process, one user's session); over HTTP, per conversation, in the database
-    (store/conversations.py)."""
-
-    engine: Engine
-    parked: ParkedRuns
-    allowances: SessionAllowances
-    pipe_allowances: set[str] = field(default_factory=set)
 
 
 class MetaAgentServer(MCPServer[Front]):
@@ -117,9 +97,11 @@ class MetaAgentServer(MCPServer[Front]):
                 request_state_security=None
                 if self._shared_key is None
                 else RequestStateSecurity(codec=self._shared_key),
+                extensions=[TasksExtension()],
             )
         # MCPServer offers no public way to add a spec request handler.
         self.subscribers.install(self._lowlevel_server)
+        task_protocol.install(self._lowlevel_server, _board)
 
     def children_held(self) -> bool:
         """Whether the children are held still (`hold_children`, and neither released nor the engine started)."""
@@ -139,8 +121,20 @@ class MetaAgentServer(MCPServer[Front]):
             self.engine = engine
             background.start_soon(self.subscribers.deliver)
             try:
-                parked = ParkedRuns(background, shared, max_parked=engine.settings.max_parked)
-                yield Front(engine, parked, SessionAllowances())
+                settings = engine.settings
+                parked = ParkedRuns(background, shared, max_parked=settings.max_parked)
+                rows = TaskRows(engine.runs.database)
+                tasks = TaskBoard(
+                    background,
+                    rows,
+                    parked.spaces,
+                    shared,
+                    ttl_cap=settings.task_ttl,
+                    max_tasks=settings.max_tasks,
+                    resumable=engine.runs.durable is not None,
+                )
+                background.start_soon(tasks.sweep)
+                yield Front(engine, parked, tasks, f"local:{random_ulid()}", SessionAllowances())
             finally:
                 self.engine = None
                 background.cancel_scope.cancel()
@@ -160,16 +154,61 @@ class MetaAgentServer(MCPServer[Front]):
         tool = next((tool for tool in await self.list_tools() if tool.name == name), None)
         if tool is not None and (unknown := unknown_argument(name, arguments, tool.input_schema)):
             raise ToolError(unknown)
+        if (pending := PENDING.get()) is not None and context is not None:
+            pending.made = await self._start_task(name, arguments, context, pending.ttl_ms)
+            return t.CallToolResult(content=[])  # never sent: the task is (meta_agent.front.task_protocol)
+        result = await unless_caller_leaves(context, partial(self._call, name, arguments, context))
+        # Nobody reads this one: the SDK drops an answer to a closed stream.
+        return result if result is not None else tool_error("the caller went away; the call was cancelled")
+
+    async def _call(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
+    ) -> t.CallToolResult | t.InputRequiredResult:
         try:
-            result = await unless_caller_leaves(context, partial(super().call_tool, name, arguments, context))
+            return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             # Only the caller's arguments failing the input schema; an UnexpectedToolError caused by a
             # ValidationError is ours (a structured result that fails our output schema) and stays a crash.
             if isinstance(exc.__cause__, ValidationError) and not isinstance(exc, UnexpectedToolError):
                 raise ToolError(argument_error(name, exc.__cause__)) from exc.__cause__
             raise
-        # Nobody reads this one: the SDK drops an answer to a closed stream.
-        return result if result is not None else tool_error("the caller went away; the call was cancelled")
+
+    async def _start_task(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any], ttl_ms: int | None
+    ) -> TaskView:
+        """The call as a task, whose run goes on in the background after the call has answered.
+
+        Raises:
+            MCPError: the task cannot be made (META_AGENT_MAX_TASKS, the database).
+        """
+        front = front_of(context)
+
+        async def call() -> t.CallToolResult:
+            try:
+                result = await self._call(name, arguments, context)
+            except ToolError as exc:  # as the SDK answers a call whose tool raised it
+                return tool_error(str(exc))
+            return result if isinstance(result, t.CallToolResult) else tool_error("the run asked in the wrong way")
+
+        caps = context.client_capabilities
+        relay = None if is_modern(context) else partial(relay_progress, context)
+        try:
+            return await front.tasks.start(
+                owner_of(context.request_context.request, front.owner),
+                name,
+                call,
+                ttl_ms=ttl_ms,
+                sampling=caps is not None and caps.sampling is not None,
+                relay=relay,
+            )
+        except TaskRefused as exc:
+            raise MCPError(t.INTERNAL_ERROR, str(exc)) from None
+
+
+def _board(ctx: ServerRequestContext[Any, Any]) -> tuple[TaskBoard, str]:
+    """The tasks, and who owns those of `ctx`'s caller."""
+    front = cast(Front, ctx.lifespan_context)
+    return front.tasks, owner_of(ctx.request, front.owner)
 
 
 def build_server(
@@ -259,7 +298,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
     ) -> RunAnswer:
         """One model turn. The model may call one of meta-agent's internal tools once (those the toolbox lists:
         describe_image, and image_gen where an image backend is configured); never child tools."""
-        return await _start(ctx, "ask", prompt, patterns=tools)
+        return await start_run(ctx, "ask", prompt, patterns=tools)
 
     @server.tool(
         title="Plan a task",
@@ -272,7 +311,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
         max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).", strict=True)] = None,
     ) -> RunAnswer:
         """Look around with read-only tools only and return a numbered plan. Changes nothing."""
-        return await _start(ctx, "plan", task, patterns=tools, max_steps=max_steps)
+        return await start_run(ctx, "plan", task, patterns=tools, max_steps=max_steps)
 
     @server.tool(
         title="Run an agent",
@@ -291,7 +330,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
         Tools that change things run only with the user's approval (trust levels)."""
         if plan:
             task = f"{task}\n\nFirst write a short numbered plan, then carry it out step by step."
-        return await _start(
+        return await start_run(
             ctx,
             "agent",
             task,
@@ -317,7 +356,7 @@ def _add_image_gen(server: MetaAgentServer) -> None:
         n: Annotated[int | None, Field(description="How many images (default 1).", strict=True)] = None,
     ) -> t.CallToolResult:
         """Generate images from a text prompt; returns PNG images."""
-        front = _front(ctx)
+        front = front_of(ctx)
         tool = front.engine.toolbox.internal_tool("image_gen")
         assert tool is not None and tool.run is not None
         arguments = {k: v for k, v in {"prompt": prompt, "size": size, "n": n}.items() if v is not None}
@@ -326,11 +365,6 @@ def _add_image_gen(server: MetaAgentServer) -> None:
         except MetaAgentError as exc:
             return tool_error(str(exc))
         return t.CallToolResult(content=[content_block(part) for part in outcome.parts], is_error=outcome.is_error)
-
-
-def _front(ctx: Context) -> Front:
-    """What our lifespan yields (a tool's bare `Context` types it as a dict)."""
-    return cast(Front, ctx.request_context.lifespan_context)
 
 
 def _add_toolbox_resource(server: MetaAgentServer) -> None:
@@ -357,78 +391,3 @@ def _add_runs_resource(server: MetaAgentServer) -> None:
         if state is None:
             raise ResourceError(f"unknown run {run_id!r}")
         return json.dumps(state.to_json(), indent=2)
-
-
-async def _start(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAnswer:
-    """One run for a call of `ask`, `plan` or `agent`: parked between rounds for a 2026-07-28 caller that can be
-    asked (approvals, and the children's questions, come back as questions), else live, with progress and, where the
-    caller can elicit, approvals; a 2025-11-25 caller gets the children's questions live."""
-    front = _front(ctx)
-    sampling = _sampling(ctx)
-    parked = can_elicit(ctx) and is_modern(ctx)
-    # "Allow for this session" of a parked run: over HTTP, where this era has no session, it holds for the
-    # conversation (kept under the id the run returns when it starts one); elsewhere for the lifespan, which is
-    # the connection's (the SDK makes a Connection per 2026-07-28 request, so that cannot be the key).
-    per_conversation = parked and over_http(ctx)
-    allowed: set[str] = set()  # nothing is allowed for longer where nobody can be asked
-    if per_conversation:
-        allowed = await front.engine.runs.allowed(arguments.get("conversation_id"))
-    elif parked:
-        allowed = front.pipe_allowances
-    elif can_elicit(ctx):
-        allowed = front.allowances.of(ctx)
-
-    async def work(
-        emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None, questions: Questions | None
-    ) -> t.CallToolResult:
-        failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
-
-        async def watched(event: ev.Event) -> None:
-            if isinstance(event, ev.RunFailed) and event.result is not None:
-                failed.append(event.result)
-            await emit(event)
-
-        try:
-            result = await front.engine.run(
-                task, mode=mode, emit=watched, approver=approver, sampling=sampling, questions=questions, **arguments
-            )
-        except MetaAgentError as exc:
-            return run_failed(str(exc), failed)
-        except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
-            log.exception("run_crashed", mode=mode)
-            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
-        except BaseException as exc:  # a library's control error (DBOS's): it ends this call, never the server
-            if not _contained(exc):
-                raise
-            log.error("run_crashed", mode=mode, error=summary(exc))
-            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
-        if per_conversation and result.conversation_id and allowed:
-            await front.engine.runs.allow(result.conversation_id, allowed)
-        return run_result(result)
-
-    if parked:
-        return await front.parked.drive(ctx, work, allowed, "conversation" if per_conversation else "session")
-    progress = Progress(ctx)
-    live = None if is_modern(ctx) else ForwardedQuestions(ctx)  # a 2026-07-28 caller here cannot be asked
-    try:
-        return await work(progress, LiveApprover(ctx, allowed) if can_elicit(ctx) else None, live)
-    finally:
-        progress.close()
-
-
-def _contained(exc: BaseException) -> bool:
-    """Whether `exc` (no Exception) may end a call as an error: not a cancellation, an interrupt or an exit, nor a
-    group holding one, which go on as they came."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_contained(inner) for inner in exc.exceptions)
-    return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, anyio.get_cancelled_exc_class()))
-
-
-def _sampling(ctx: Context) -> Provider | None:
-    """The host's own model, where this caller can sample with tools (2025-11-25 sessions only)."""
-    caps = ctx.client_capabilities
-    if caps is None or caps.sampling is None or caps.sampling.tools is None:
-        return None
-    if not getattr(ctx.session, "can_send_request", False):
-        return None
-    return SamplingProvider(ctx.session, related_request_id=ctx.request_context.request_id)

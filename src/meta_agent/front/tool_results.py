@@ -6,6 +6,7 @@ output model of `ask`, `plan` and `agent`, from which the SDK derives their outp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import mcp.types as t
@@ -13,7 +14,7 @@ from pydantic import BaseModel, GetCoreSchemaHandler
 from pydantic_core import CoreSchema
 
 from meta_agent.core.messages import ImagePart, Part
-from meta_agent.core.result import RunResult, unavailable_line
+from meta_agent.core.result import RunResult, run_result_of, unavailable_line
 
 NOT_REMEMBERED = "Not saved in a conversation (conversation_id is null): "  # leads conversation_error in the text
 # Leads the line naming the servers a run could have used that were not ready (unavailable_servers).
@@ -44,6 +45,18 @@ def run_result(result: RunResult) -> t.CallToolResult:
     if result.unavailable_servers:  # the answer stands, made with fewer tools than the caller may think
         content.append(t.TextContent(type="text", text=f"{NOT_READY}{unavailable_line(result.unavailable_servers)}"))
     return t.CallToolResult(content=content, structured_content=result.to_json())
+
+
+def stored_result(data: Mapping[str, Any]) -> t.CallToolResult:
+    """A finished run's result as the run index keeps it (its structured result): what `run_result` made of it, but
+    for the images, which the index does not keep."""
+    try:
+        result = run_result_of(data)
+    except ValueError:  # a row written by another version of meta-agent: its structured result as it is
+        return t.CallToolResult(
+            content=[t.TextContent(type="text", text=str(data.get("answer", "")))], structured_content=dict(data)
+        )
+    return run_result(result)
 
 
 def run_failed(message: str, failed: list[RunResult]) -> t.CallToolResult:

@@ -127,7 +127,17 @@ def _resumptions(sql: Sql) -> None:
     sql.execute("alter table runs add column doing text")
 
 
-MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared, _resumptions)
+def _tasks(sql: Sql) -> None:
+    """5: MCP tasks: each one's owner and how long it is kept (meta_agent.store.tasks)."""
+    real = "double precision" if sql.postgres else "real"
+    sql.execute(
+        "create table tasks (id text primary key, owner text not null, tool text not null, created text not null,"
+        f" created_at {real} not null, ttl_ms bigint not null, cancelled integer not null default 0)"
+    )
+    sql.execute("create index tasks_by_owner on tasks (owner, id)")
+
+
+MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared, _resumptions, _tasks)
 
 
 class Database:

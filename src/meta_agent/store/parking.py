@@ -160,6 +160,11 @@ class SharedRounds:
                     while (note := await notes.receive()).kind == "progress":
                         await report(note.tick, note.message)
 
+    async def pending(self, parked_id: str) -> Outcome | None:
+        """The round of the question a run parked on any replica waits on, not yet answered; None: none is."""
+        outcome: Outcome | None = await self._run(_pending, parked_id)
+        return outcome
+
     async def collected(self, parked_id: str) -> None:
         """The result was collected by a round on this replica."""
         await self._run(_delete, parked_id)
@@ -289,6 +294,15 @@ def _read(sql: Sql, parked_id: str) -> tuple[Outcome | None, float | None, str |
     asked, body, final, alive_until, run_id = row
     outcome = None if body is None else Outcome(int(asked), json.loads(body), bool(final))
     return outcome, alive_until, run_id
+
+
+def _pending(sql: Sql, parked_id: str) -> Outcome | None:
+    row = sql.one(
+        "select asked, outcome from parked_rounds where id = ? and final = 0 and answered_by is null"
+        " and outcome is not null",
+        (parked_id,),
+    )
+    return None if row is None else Outcome(int(row[0]), json.loads(row[1]), final=False)
 
 
 def _delete(sql: Sql, parked_id: str) -> None:

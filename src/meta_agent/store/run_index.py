@@ -154,7 +154,7 @@ class RunIndex:
     async def read(self, run_id: str) -> RunState | None:
         """The run's state; None: no run has that id here."""
         row = await anyio.to_thread.run_sync(self.database.run, _read, run_id)
-        return None if row is None else _state(run_id, row)
+        return None if row is None else state(run_id, row)
 
     async def recent(self, limit: int = 20) -> list[RunState]:
         """The newest `limit` runs, newest first, whichever replica ran them.
@@ -163,7 +163,7 @@ class RunIndex:
             self.database.errors: the database cannot be reached.
         """
         rows = await anyio.to_thread.run_sync(self.database.run, _recent, limit)
-        return [_state(str(row[0]), row[1:]) for row in rows]
+        return [state(str(row[0]), row[1:]) for row in rows]
 
     async def _renew(self, run_id: str) -> None:
         """Renew the run's mark every third of its span; one that failed, every RETRY_SECONDS until one goes through
@@ -261,21 +261,23 @@ def _finish(sql: Sql, run_id: str, replica: str | None, result: str | None, erro
     )
 
 
-def _columns(sql: Sql) -> str:
-    """The columns `_state` reads; whether the mark lapsed in the database's time."""
-    lapsed = f"case when alive_until is null or alive_until < {sql.clock} then 1 else 0 end"
-    return f"status, mode, task, replica, started, updated, {lapsed}, result, error"
+def columns(sql: Sql, table: str = "") -> str:
+    """The columns `state` reads (of `table`, where the statement joins others); whether the mark lapsed in the
+    database's time."""
+    t = f"{table}." if table else ""
+    lapsed = f"case when {t}alive_until is null or {t}alive_until < {sql.clock} then 1 else 0 end"
+    return f"{t}status, {t}mode, {t}task, {t}replica, {t}started, {t}updated, {lapsed}, {t}result, {t}error"
 
 
 def _read(sql: Sql, run_id: str) -> tuple[Any, ...] | None:
-    return sql.one(f"select {_columns(sql)} from runs where id = ?", (run_id,))
+    return sql.one(f"select {columns(sql)} from runs where id = ?", (run_id,))
 
 
 def _recent(sql: Sql, limit: int) -> list[tuple[Any, ...]]:
-    return sql.all(f"select id, {_columns(sql)} from runs order by started desc, id desc limit ?", (limit,))
+    return sql.all(f"select id, {columns(sql)} from runs order by started desc, id desc limit ?", (limit,))
 
 
-def _state(run_id: str, row: tuple[Any, ...]) -> RunState:
+def state(run_id: str, row: tuple[Any, ...]) -> RunState:
     status, mode, task, replica, started, updated, lapsed, result, error = row
     if status == "running" and lapsed:
         status = "interrupted"

@@ -1,0 +1,139 @@
+"""One call of `ask`, `plan` or `agent`: how its run meets its caller (live, parked between rounds, or as a task),
+and what the server's lifespan holds for every call (`Front`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import anyio
+import mcp.types as t
+import structlog
+from mcp.server.mcpserver import Context
+
+from meta_agent.children.questions import Questions
+from meta_agent.core import events as ev
+from meta_agent.core.provider import Provider
+from meta_agent.core.result import Mode, RunResult
+from meta_agent.core.tool_call import Approver
+from meta_agent.engine import Engine
+from meta_agent.errors import MetaAgentError, summary
+from meta_agent.front.approvals import (
+    ForwardedQuestions,
+    LiveApprover,
+    ParkedApprover,
+    ParkedRuns,
+    SessionAllowances,
+    can_elicit,
+    is_modern,
+    over_http,
+)
+from meta_agent.front.progress import Progress
+from meta_agent.front.tasks import CURRENT, TaskBoard
+from meta_agent.front.tool_results import RunAnswer, run_failed, run_result
+from meta_agent.providers.sampling import SamplingProvider
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Front:
+    """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, the tasks, and what the user
+    allowed "for this session": per MCP session (2025-11-25), and for 2026-07-28 callers off HTTP for the lifespan,
+    which there serves one connection (stdio: the process, one user's session); over HTTP, per conversation, in the
+    database (store/conversations.py). `owner`: who owns the tasks of callers off HTTP (the lifespan's connection)."""
+
+    engine: Engine
+    parked: ParkedRuns
+    tasks: TaskBoard
+    owner: str
+    allowances: SessionAllowances
+    pipe_allowances: set[str] = field(default_factory=set)
+
+
+def front_of(ctx: Context) -> Front:
+    """What our lifespan yields (a tool's bare `Context` types it as a dict)."""
+    return cast(Front, ctx.request_context.lifespan_context)
+
+
+async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAnswer:
+    """One run for a call of `ask`, `plan` or `agent`: parked between rounds for a 2026-07-28 caller that can be
+    asked (approvals, and the children's questions, come back as questions), else live, with progress and, where the
+    caller can elicit, approvals; a 2025-11-25 caller gets the children's questions live. A call made a task
+    (meta_agent.front.tasks) runs as that task's run: its questions wait, as a parked run's do, for the caller to read
+    them from the task."""
+    front = front_of(ctx)
+    sampling = _sampling(ctx)
+    parked = can_elicit(ctx) and is_modern(ctx)
+    # "Allow for this session" of a parked run: over HTTP, where this era has no session, it holds for the
+    # conversation (kept under the id the run returns when it starts one); elsewhere for the lifespan, which is
+    # the connection's (the SDK makes a Connection per 2026-07-28 request, so that cannot be the key).
+    per_conversation = parked and over_http(ctx)
+    allowed: set[str] = set()  # nothing is allowed for longer where nobody can be asked
+    if per_conversation:
+        allowed = await front.engine.runs.allowed(arguments.get("conversation_id"))
+    elif parked:
+        allowed = front.pipe_allowances
+    elif can_elicit(ctx):
+        allowed = front.allowances.of(ctx)
+
+    async def work(
+        emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None, questions: Questions | None
+    ) -> t.CallToolResult:
+        failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
+
+        async def watched(event: ev.Event) -> None:
+            if isinstance(event, ev.RunFailed) and event.result is not None:
+                failed.append(event.result)
+            await emit(event)
+
+        try:
+            result = await front.engine.run(
+                task, mode=mode, emit=watched, approver=approver, sampling=sampling, questions=questions, **arguments
+            )
+        except MetaAgentError as exc:
+            return run_failed(str(exc), failed)
+        except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
+            log.exception("run_crashed", mode=mode)
+            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
+        except BaseException as exc:  # a library's control error (DBOS's): it ends this call, never the server
+            if not _contained(exc):
+                raise
+            log.error("run_crashed", mode=mode, error=summary(exc))
+            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
+        if per_conversation and result.conversation_id and allowed:
+            await front.engine.runs.allow(result.conversation_id, allowed)
+        return run_result(result)
+
+    scope = "conversation" if per_conversation else "session"
+    if (as_task := CURRENT.get()) is not None:
+        arguments["run_id"] = as_task.id
+        approver = ParkedApprover(as_task.run, allowed, scope) if can_elicit(ctx) else None
+        return await work(as_task.emit, approver, as_task.run)
+    if parked:
+        return await front.parked.drive(ctx, work, allowed, scope)
+    progress = Progress(ctx)
+    live = None if is_modern(ctx) else ForwardedQuestions(ctx)  # a 2026-07-28 caller here cannot be asked
+    try:
+        return await work(progress, LiveApprover(ctx, allowed) if can_elicit(ctx) else None, live)
+    finally:
+        progress.close()
+
+
+def _contained(exc: BaseException) -> bool:
+    """Whether `exc` (no Exception) may end a call as an error: not a cancellation, an interrupt or an exit, nor a
+    group holding one, which go on as they came."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_contained(inner) for inner in exc.exceptions)
+    return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, anyio.get_cancelled_exc_class()))
+
+
+def _sampling(ctx: Context) -> Provider | None:
+    """The host's own model, where this caller can sample with tools (2025-11-25 sessions only)."""
+    caps = ctx.client_capabilities
+    if caps is None or caps.sampling is None or caps.sampling.tools is None:
+        return None
+    if not getattr(ctx.session, "can_send_request", False):
+        return None
+    return SamplingProvider(ctx.session, related_request_id=ctx.request_context.request_id)

@@ -1,0 +1,135 @@
+"""The task rows: which caller owns each MCP task (a run started by a task-augmented call) and how long it is kept,
+so that any replica sharing the database can say how a task is to the caller that made it, and to nobody else
+(meta_agent.front.tasks).
+
+A task's id is its run's id; its status and result are the run's, from the run index (meta_agent.store.run_index).
+A row is kept `ttl_ms` from its creation, and while its run is running; then it is gone, as if it never was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from meta_agent.store.database import Database, Sql, now
+from meta_agent.store.run_index import RunState, columns, state
+
+# Tasks per page of `tasks/list`.
+PAGE = 50
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRow:
+    """A task as the database holds it: its row, and its run's state (None until the run has started)."""
+
+    task_id: str
+    tool: str
+    created: str
+    ttl_ms: int
+    cancelled: bool  # a cancel was asked for, through any replica: the task reads cancelled however its run ends
+    run: RunState | None
+
+
+class TaskRows:
+    """The `tasks` table, read and written on worker threads (`Database.run`)."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    async def create(self, task_id: str, owner: str, tool: str, ttl_ms: int) -> None:
+        """A new task, owned by `owner`.
+
+        Raises:
+            self.database.errors: the database cannot be written.
+        """
+        await anyio.to_thread.run_sync(self.database.run, _create, task_id, owner, tool, ttl_ms)
+
+    async def read(self, task_id: str, owner: str) -> TaskRow | None:
+        """The task, if `owner` owns it and it is kept still; else None, whichever of these it is.
+
+        Raises:
+            self.database.errors: the database cannot be read.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _read, task_id, owner)
+
+    async def page(self, owner: str, after: str | None) -> tuple[list[TaskRow], str | None]:
+        """`owner`'s tasks, oldest first, from the one after `after`; and the cursor of the next page (None: last).
+
+        Raises:
+            self.database.errors: the database cannot be read.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _page, owner, after)
+
+    async def cancel(self, task_id: str) -> None:
+        """Mark the task cancelled.
+
+        Raises:
+            self.database.errors: the database cannot be written.
+        """
+        await anyio.to_thread.run_sync(self.database.run, _cancel, task_id)
+
+    async def forget_expired(self) -> int:
+        """Drop the tasks past their time whose runs are not running; how many.
+
+        Raises:
+            self.database.errors: the database cannot be written.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _forget_expired)
+
+
+def _create(sql: Sql, task_id: str, owner: str, tool: str, ttl_ms: int) -> None:
+    sql.execute(
+        f"insert into tasks (id, owner, tool, created, created_at, ttl_ms) values (?, ?, ?, ?, {sql.clock}, ?)",
+        (task_id, owner, tool, now(), ttl_ms),
+    )
+
+
+def _kept(sql: Sql) -> str:
+    """The condition on a row joined to its run (`t`, `r`) that the task is kept: within its time, or running."""
+    return f"(t.created_at + t.ttl_ms / 1000.0 >= {sql.clock} or r.status = 'running')"
+
+
+def _select(sql: Sql) -> str:
+    return (
+        f"select t.id, t.tool, t.created, t.ttl_ms, t.cancelled, r.id, {columns(sql, 'r')}"
+        " from tasks t left join runs r on r.id = t.id"
+    )
+
+
+def _row(row: tuple[Any, ...]) -> TaskRow:
+    task_id, tool, created, ttl_ms, cancelled, run_id, *run = row
+    return TaskRow(
+        task_id=str(task_id),
+        tool=str(tool),
+        created=str(created),
+        ttl_ms=int(ttl_ms),
+        cancelled=bool(cancelled),
+        run=None if run_id is None else state(str(run_id), tuple(run)),
+    )
+
+
+def _read(sql: Sql, task_id: str, owner: str) -> TaskRow | None:
+    row = sql.one(f"{_select(sql)} where t.id = ? and t.owner = ? and {_kept(sql)}", (task_id, owner))
+    return None if row is None else _row(row)
+
+
+def _page(sql: Sql, owner: str, after: str | None) -> tuple[list[TaskRow], str | None]:
+    rows = sql.all(
+        f"{_select(sql)} where t.owner = ? and t.id > ? and {_kept(sql)} order by t.id limit ?",
+        (owner, after or "", PAGE + 1),
+    )
+    tasks = [_row(row) for row in rows[:PAGE]]
+    return tasks, (tasks[-1].task_id if len(rows) > PAGE else None)
+
+
+def _cancel(sql: Sql, task_id: str) -> None:
+    sql.execute("update tasks set cancelled = 1 where id = ?", (task_id,))
+
+
+def _forget_expired(sql: Sql) -> int:
+    return sql.execute(
+        f"delete from tasks where created_at + ttl_ms / 1000.0 < {sql.clock}"
+        " and not exists (select 1 from runs r where r.id = tasks.id and r.status = 'running')"
+    )
