@@ -4,9 +4,12 @@ third-party clients are tests/test_tasks_clients.py's; replicas on PostgreSQL, t
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -16,6 +19,7 @@ from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from raw_stdio import RawHost, raw_serving
 
 from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
@@ -238,7 +242,7 @@ async def test_a_tasks_time_is_its_callers_within_bounds(asked: int | None, kept
     assert done["ttl"] == kept
 
 
-async def test_a_task_past_its_time_is_gone(llm: FakeLLM, tmp_path: Any) -> None:
+async def test_a_task_past_its_time_is_gone(llm: FakeLLM, tmp_path: Path) -> None:
     llm.reply(openai_reply("ok"))
     store = tmp_path / "state.sqlite3"
     async with connected(llm, "2025-11-25", conversations_db=store) as raw:
@@ -272,3 +276,40 @@ async def test_2025_a_task_whose_arguments_are_refused_fails_with_the_one_line(l
     assert failed["statusMessage"] == result["content"][0]["text"]
     assert "max_steps" in failed["statusMessage"] and "\n" not in failed["statusMessage"]
     assert result["isError"] is True and llm.requests == []
+
+
+async def test_2025_a_tasks_progress_goes_on_the_token_of_its_call_after_it_answered(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    """Over stdio (a process, raw lines): the call answers at once with the task, and the run's progress follows on
+    the call's progress token, each marked with the task, until the task's result."""
+    llm.reply(openai_reply("the answer"), delay=0.5)
+    environ = {**os.environ, **openai_env(llm, model="openai:fake-model")}
+    async with raw_serving(tmp_path, "2025-11-25", environ) as host:
+        await host.handshake()
+        params = {"name": "agent", "arguments": {"task": "go"}, "task": {}, "_meta": {"progressToken": "p1"}}
+        created = await host.request("tools/call", params)
+        task_id = created["result"]["task"]["taskId"]
+        await host.write(
+            json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tasks/result", "params": {"taskId": task_id}}).encode()
+            + b"\n"
+        )
+        seen = await lines_until_answer(host, 7)
+        assert host.process.stdin is not None
+        await host.process.stdin.aclose()
+        assert await host.exit_code() == 0
+    progress = [message["params"] for message in seen if message.get("method") == "notifications/progress"]
+    assert progress and {p["progressToken"] for p in progress} == {"p1"}
+    assert all(p["_meta"][RELATED] == {"taskId": task_id} for p in progress)
+    assert [p["progress"] for p in progress] == sorted({p["progress"] for p in progress})  # only goes up
+    assert progress[-1]["message"] == "done · final (1 model call, 0 tool calls)"
+    assert seen[-1]["result"]["content"] == [{"type": "text", "text": "the answer"}]
+
+
+async def lines_until_answer(host: RawHost, request_id: int) -> list[dict[str, Any]]:
+    """Every message the server writes until the answer to `request_id`, that answer last."""
+    seen: list[dict[str, Any]] = []
+    with anyio.fail_after(BOUND):
+        while not seen or seen[-1].get("id") != request_id:
+            seen.append(json.loads(await host.line()))
+    return seen
