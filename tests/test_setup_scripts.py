@@ -77,7 +77,7 @@ def test_scripts_test_names_every_install(clone: tuple[Path, dict[str, str]]) ->
     assert [line.split(" (")[0] for line in said] == [
         "creating .venv",
         "installing meta-agent and its test extras into .venv",
-        "installing the npm child servers and the aimock LLM emulator into tests/node_modules",
+        "installing the npm child servers, the aimock LLM emulator and the TypeScript SDK's client into tests/node_modules",
         "installing the PostgreSQL example's server into .venv-postgres-mcp",
         "running pytest",
     ]

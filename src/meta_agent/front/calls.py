@@ -109,8 +109,9 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
     scope = "conversation" if per_conversation else "session"
     if (as_task := CURRENT.get()) is not None:
         arguments["run_id"] = as_task.id
-        approver = ParkedApprover(as_task.run, allowed, scope) if can_elicit(ctx) else None
-        return await work(as_task.emit, approver, as_task.run)
+        if not can_elicit(ctx):  # nobody to ask: the loop refuses what needs approval, the children are declined
+            return await work(as_task.emit, None, None)
+        return await work(as_task.emit, ParkedApprover(as_task.run, allowed, scope), as_task.run)
     if parked:
         return await front.parked.drive(ctx, work, allowed, scope)
     progress = Progress(ctx)

@@ -155,6 +155,7 @@ class TaskMethods:
             code = t.INVALID_PARAMS if view.status == "cancelled" else t.INTERNAL_ERROR
             raise MCPError(code, f"task {view.task_id} has no result: {view.message or view.status}")
         result = view.result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        result.pop("resultType", None)  # 2026-07-28's; a 2025-11-25 CallToolResult has none
         return {**result, "_meta": {**result.get("_meta", {}), RELATED: {"taskId": view.task_id}}}
 
     async def list(self, ctx: ServerRequestContext[Any, Any], params: t.PaginatedRequestParams) -> dict[str, Any]:

@@ -46,6 +46,7 @@ START_GRACE = 60.0  # a task whose run has not started this long after it was ma
 SWEEP_SECONDS = 60.0  # how often the tasks past their time are dropped
 KEEP_RESULTS = 1000  # results of ended tasks kept in memory as they were (with their images); older: from the index
 MESSAGE_CHARS = 500  # a status message is a progress line, cut to this
+STARTING = "starting: waiting for its tools and its turn of the conversation"
 
 Status = Literal["working", "input_required", "done", "cancelled", "lost"]
 
@@ -160,7 +161,7 @@ class TaskBoard:
             raise TaskRefused(f"cannot record the task in {self._rows.database.label}: {exc}") from None
         run = ParkedRun(self._spaces, sampling=sampling, shared=self._shared, parked_id=task_id, detached=True)
         created = iso(now())
-        task = self._live[task_id] = TaskRun(run, tool, created, ttl, relay, updated=created)
+        task = self._live[task_id] = TaskRun(run, tool, created, ttl, relay, message=STARTING, updated=created)
 
         async def work() -> t.CallToolResult:
             CURRENT.set(task)  # this task's own context: the tool function reads it
@@ -212,7 +213,7 @@ class TaskBoard:
             task.run.scope.cancel()
         elif self._shared is not None:
             await self._shared.notify(Note(task_id, "cancel"))
-        return replace(view, status="cancelled", questions={}, updated=iso(now())), True
+        return replace(view, status="cancelled", message=CANCELLED, questions={}, updated=iso(now())), True
 
     async def settled(
         self, owner: str, task_id: str, ask: Callable[[CallerRequest], Awaitable[t.InputResponse | None]]
@@ -303,7 +304,7 @@ class TaskBoard:
         )
         kept = self._results.get(row.task_id)
         if row.cancelled:
-            return replace(base, status="cancelled", message="cancelled by its caller")
+            return replace(base, status="cancelled", message=CANCELLED)
         if run is None:  # not started yet; or, with a result kept, failed before it began (an argument refused)
             return base if kept is None else replace(base, status="done", result=kept)
         if run.status == "running":
@@ -333,6 +334,7 @@ class TaskBoard:
 
 
 LOST = "the process that ran it ended before the run finished"
+CANCELLED = "cancelled by its caller"
 
 
 def _questions(seq: int, body: Mapping[str, Any]) -> dict[str, CallerRequest]:
