@@ -53,6 +53,7 @@ from meta_agent.records.logs import route_through_ours
 from meta_agent.shared.text import plural
 from meta_agent.store.database import Sql
 from meta_agent.store.run_index import RunIndex, stopping
+from meta_agent.store.tasks import task_cancelled
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -107,6 +108,7 @@ class DurableRuns(Generic[C]):
         self._body: RunBody[C] | None = None
         self._callers: dict[str, C] = {}  # by run id: the caller of a run started here, while it runs
         self._resumed: dict[asyncio.Task[Any], str] = {}  # the runs resumed here, by the task that runs each
+        self._cancelling: set[str] = set()  # runs resumed here whose caller cancelled them (their task, elsewhere)
         self._watch: anyio.abc.TaskGroup | None = None
         self._other_versions: set[str] = set()  # runs of another version, left to its replicas (said once)
 
@@ -195,8 +197,23 @@ class DurableRuns(Generic[C]):
         log.info("run_resumed", run_id=run_id)
         try:
             return await unwrapped(self._body(spec, None), has_caller=False)
+        except asyncio.CancelledError:
+            if run_id in self._cancelling:  # its caller cancelled it: DBOS must not resume it either
+                await asyncio.shield(_cancelled(run_id))
+            raise
         finally:
             del self._resumed[task]
+            self._cancelling.discard(run_id)
+
+    def cancel(self, run_id: str) -> bool:
+        """Cancel the run `run_id` if it was resumed here, as its caller would (its MCP task was cancelled through
+        another replica): it ends `done`, cancelled, and is not resumed again. False: it is not resumed here."""
+        for task, resumed in self._resumed.items():
+            if resumed == run_id:
+                self._cancelling.add(run_id)
+                task.cancel()
+                return True
+        return False
 
     async def steps(self, *, can_ask: bool) -> RunSteps:
         """The steps of the run being run now (call within its body). A resumed run's clock counts from its first
@@ -249,7 +266,12 @@ class DurableRuns(Generic[C]):
                 return
             # PENDING elsewhere: `replica` ran it, or another replica took it from DBOS's queue and stopped before the
             # run's first write named it here (that write comes first, and the row was marked for a whole span since)
-            if status.status == "PENDING":
+            if status.status == "PENDING" and await anyio.to_thread.run_sync(
+                self.index.database.run, task_cancelled, run_id
+            ):
+                await _cancelled(run_id)  # its MCP task was cancelled while no replica ran it
+                await self.index.given_up(run_id, "cancelled")
+            elif status.status == "PENDING":
                 await self._hand_on(run_id, status.executor_id)
             # ENQUEUED: DBOS gives it to a replica; ended: its row was left behind, its record says how it ended
             elif status.status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):

@@ -269,6 +269,11 @@ class Runs:
         Safe to read from another thread while the event loop is stalled (cli/watchdog.py)."""
         return [f"{run_id} · {describe(event) or event.kind}" for run_id, event in list(self._latest.items())]
 
+    def cancel_resumed(self, run_id: str) -> None:
+        """Cancel the durable run `run_id` if this process resumed it (its caller, on another replica, cancelled it)."""
+        if self.durable is not None:
+            self.durable.cancel(run_id)
+
     async def read(self, run_id: str) -> RunState | None:
         """How the run `run_id` is, from the run index any replica writes (None: no such run)."""
         return await self.index.read(run_id)

@@ -146,6 +146,8 @@ class MetaAgentServer(MCPServer[Front]):
             yield None
             return
         async with engine.runs.shared_rounds(self._shared_key.use) as shared:
+            if shared is not None:  # a task cancelled through another replica may be a run resumed here
+                shared.cancel_elsewhere = engine.runs.cancel_resumed
             yield shared
 
     async def call_tool(

@@ -44,9 +44,9 @@ POLL_SECONDS = 1.0  # how often a caller is told to look again, and a wait for a
 MIN_TTL_MS = 60_000  # a result is kept at least this long, whatever ttl the caller asked for (0 included)
 START_GRACE = 60.0  # a task whose run has not started this long after it was made: its replica stopped first
 SWEEP_SECONDS = 60.0  # how often the tasks past their time are dropped
-KEEP_RESULTS = 1000  # results of ended tasks kept in memory as they were (with their images); older: from the index
+KEEP_RESULTS = 100  # results of ended tasks kept in memory as they were (with their images); older: from the index
 MESSAGE_CHARS = 500  # a status message is a progress line, cut to this
-STARTING = "starting: waiting for its tools and its turn of the conversation"
+STARTING = "starting its run"
 
 Status = Literal["working", "input_required", "done", "cancelled", "lost"]
 

@@ -73,6 +73,8 @@ class SharedRounds:
         self.alive_seconds = alive_seconds
         self._subscribers: dict[str, set[MemoryObjectSendStream[Note]]] = {}
         self._on_cancel: dict[str, Callable[[], None]] = {}
+        # what a cancel note for a run not parked here does: a durable run this replica resumed may be its
+        self.cancel_elsewhere: Callable[[str], None] | None = None
 
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[None]:
@@ -221,6 +223,8 @@ class SharedRounds:
         if kind == "cancel":
             if (cancel := self._on_cancel.get(parked_id)) is not None:
                 cancel()
+            elif self.cancel_elsewhere is not None:
+                self.cancel_elsewhere(parked_id)
             return
         for send in self._subscribers.get(parked_id, ()):
             send.send_nowait(Note(parked_id, kind, tick, message))

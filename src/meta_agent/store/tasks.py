@@ -133,3 +133,8 @@ def _forget_expired(sql: Sql) -> int:
         f"delete from tasks where created_at + ttl_ms / 1000.0 < {sql.clock}"
         " and not exists (select 1 from runs r where r.id = tasks.id and r.status = 'running')"
     )
+
+
+def task_cancelled(sql: Sql, task_id: str) -> bool:
+    """Whether the run `task_id` is a task's whose cancellation was asked for (through any replica)."""
+    return sql.one("select 1 from tasks where id = ? and cancelled = 1", (task_id,)) is not None

@@ -1,0 +1,440 @@
+"""MCP tasks across processes (README, Tasks): real `meta-agent serve --transport http` replicas on one PostgreSQL
+database, spoken to in raw JSON-RPC over HTTP in both protocol eras (2025-11-25: `initialize` and a session per
+replica; 2026-07-28: stateless requests declaring the tasks extension). A task made on one replica is read, answered
+and cancelled through the other, finished by the other when its replica is SIGKILLed, and nobody but its maker can
+touch it; on the embedded SQLite file a task whose process ended reads `failed`, saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import httpx2
+import pytest
+from conftest import openai_env
+from fake_llm import FakeLLM, openai_reply
+from postgres_cluster import Cluster
+from replicas import fault_config, replica, replica_environ
+
+pytestmark = pytest.mark.anyio
+
+Era = Literal["2025-11-25", "2026-07-28"]
+LEGACY: Era = "2025-11-25"
+MODERN: Era = "2026-07-28"
+EXTENSION = "io.modelcontextprotocol/tasks"
+RELATED = "io.modelcontextprotocol/related-task"
+CLIENT_INFO = {"name": "raw-task-host", "version": "1"}
+HELLO = {"protocolVersion": LEGACY, "capabilities": {"elicitation": {"form": {}}}, "clientInfo": CLIENT_INFO}
+ENVELOPE: dict[str, Any] = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}, "extensions": {EXTENSION: {}}},
+}
+BOUND = 60.0  # a loaded 2-core machine: a replica's start, a takeover (a third of a lease) and a model turn fit in it
+HELD = 300.0  # a model reply held this long: until its caller goes away (a killed replica), in practice
+LOST = "the process that ran it ended before the run finished"
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass
+class Caller:
+    """A host speaking raw JSON-RPC to one replica's /mcp in one era, with its own Authorization header (if any)."""
+
+    http: httpx2.AsyncClient
+    url: str
+    era: Era
+    session: str | None = None
+    ids: int = 0
+
+    async def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """`method` asked as this era asks it over HTTP; the JSON-RPC answer (with `result` or `error`)."""
+        self.ids += 1
+        params = dict(params or {})
+        headers: dict[str, str] = {"Mcp-Protocol-Version": self.era}
+        if self.era == MODERN:
+            params["_meta"] = ENVELOPE
+            headers["Mcp-Method"] = method
+            if (name := params.get("taskId", params.get("name"))) is not None:
+                headers["Mcp-Name"] = name
+        elif self.session is not None:
+            headers = self.in_session()
+        body = {"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params}
+        response = await self.http.post(self.url, json=body, headers=headers)
+        # 2026-07-28 gives an error an HTTP status of its own too (-32602: 400)
+        failed = self.era == MODERN and response.status_code in (400, 404, 500) and '"error"' in response.text
+        assert response.status_code == 200 or failed, (method, response.status_code, response.text[:500])
+        if method == "initialize":
+            self.session = response.headers["mcp-session-id"]
+        for message in messages(response):
+            if message.get("id") == self.ids and "method" not in message:
+                return message
+        raise AssertionError(f"no answer to {method}: {response.text[:500]}")
+
+    def in_session(self) -> dict[str, str]:
+        """The headers of a 2025-11-25 message in this caller's session."""
+        return {"Mcp-Protocol-Version": LEGACY, "Mcp-Session-Id": self.session or ""}
+
+    async def result(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        answer = await self.send(method, params)
+        assert "result" in answer, (method, answer)
+        return dict(answer["result"])
+
+    async def error(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        answer = await self.send(method, params)
+        assert "error" in answer, (method, answer)
+        return dict(answer["error"])
+
+    async def start(self, tool: str, task: str) -> str:
+        """`tool` called as a task: its task id, once the call answered `working` at once."""
+        params: dict[str, Any] = {"name": tool, "arguments": {"task": task}}
+        if self.era == LEGACY:
+            made = (await self.result("tools/call", {**params, "task": {"ttl": 600_000}}))["task"]
+            assert made["ttl"] == 600_000, made
+        else:
+            made = await self.result("tools/call", params)
+            assert made["resultType"] == "task", made
+        assert made["status"] == "working", made
+        return str(made["taskId"])
+
+    async def task(self, task_id: str) -> dict[str, Any]:
+        """`tasks/get`: the task as this era shows it."""
+        return await self.result("tasks/get", {"taskId": task_id})
+
+    async def until(self, task_id: str, done: Callable[[dict[str, Any]], bool], within: float = BOUND) -> Seen:
+        """Poll `tasks/get` (as a host does) until `done` says so; every reading on the way."""
+        seen = Seen()
+        with anyio.fail_after(within):
+            while not done(read := await self.task(task_id)):
+                seen.append(read)
+                await anyio.sleep(0.1)  # polling, as the task's pollInterval asks (shorter: the test waits)
+        seen.append(read)
+        return seen
+
+
+class Seen(list[dict[str, Any]]):
+    """The readings of one task, oldest first."""
+
+    @property
+    def statuses(self) -> list[str]:
+        return [read["status"] for read in self]
+
+
+def messages(response: httpx2.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a response: its JSON body, or the `data:` lines of its event stream."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        lines = (line.removeprefix("data:").strip() for line in response.text.splitlines())
+        return [json.loads(line) for line in lines if line.startswith("{")]
+    decoded = response.json()
+    return decoded if isinstance(decoded, list) else [decoded]
+
+
+@asynccontextmanager
+async def caller(url: str, era: Era, authorization: str | None = None) -> AsyncIterator[Caller]:
+    """A host of `era` on the replica at `url` (2025-11-25: with its session, made by `initialize`)."""
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    async with httpx2.AsyncClient(headers=headers, timeout=BOUND) as http:
+        host = Caller(http, url, era)
+        if era == LEGACY:
+            made = await host.result("initialize", HELLO)
+            assert made["protocolVersion"] == LEGACY and "tasks" in made["capabilities"], made
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.post(url, json=note, headers=host.in_session())).status_code == 202
+        yield host
+
+
+def answer_of(result: dict[str, Any]) -> str:
+    """The answer of a run's CallToolResult (its structured content)."""
+    assert not result.get("isError"), result
+    return str(result["structuredContent"]["answer"])
+
+
+def empty(result: dict[str, Any]) -> bool:
+    """Whether a 2026-07-28 result is the empty one (`tasks/update`, `tasks/cancel`): nothing but its kind."""
+    return result.get("resultType") == "complete" and not set(result) - {"resultType", "_meta"}
+
+
+async def updated(host: Caller, task_id: str, responses: dict[str, Any]) -> None:
+    """`tasks/update` with `responses`, acknowledged (whether the task takes them or not)."""
+    assert empty(await host.result("tasks/update", {"taskId": task_id, "inputResponses": responses}))
+
+
+async def wait_for(predicate: Callable[[], bool], within: float = BOUND) -> None:
+    with anyio.fail_after(within):
+        while not predicate():
+            await anyio.sleep(0.05)  # polling a condition outside the server (a file, the fake model)
+
+
+@pytest.mark.parametrize("made_in", [LEGACY, MODERN])
+async def test_a_task_whose_replica_is_killed_is_finished_by_the_other_and_read_completed_there(
+    made_in: Era, database_url: str, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The task's run waits on its model turn when its replica is SIGKILLed. Read through the other replica it is
+    `working` throughout (running on the killed one, then waiting to be taken over, then running on the other),
+    never failed; the other replica resumes the run (durable) and the task reads `completed` with the run's answer
+    in both eras, and 2025-11-25's tasks/result there gives the CallToolResult with the related-task `_meta`."""
+    config = fault_config(tmp_path)
+    environ = replica_environ(llm, database_url, tmp_path)
+    # The doomed replica's mark on its run lapses 1 s after it dies; the other looks for lapsed runs every 10 s (a
+    # third of its lease), first 10 s after it starts: the wait to be taken over can be seen between the two.
+    doomed_env, other_env = {**environ, "META_AGENT_LEASE_SECONDS": "1"}, {**environ, "META_AGENT_LEASE_SECONDS": "30"}
+    llm.reply(openai_reply("never seen"), delay=HELD)  # the doomed replica's model turn: held until it dies
+    llm.reply(openai_reply("All done."))  # the same turn, made again by the replica that resumes the run
+    with replica(config, doomed_env) as (doomed, doomed_url, _), replica(config, other_env) as (_, other_url, log):
+        async with caller(doomed_url, made_in) as maker:
+            task_id = await maker.start("agent", "Say it is all done.")
+            await wait_for(lambda: len(llm.requests) == 1)  # its model turn is held
+            async with caller(other_url, LEGACY) as old, caller(other_url, MODERN) as new:
+                for host in (old, new):
+                    read = await host.task(task_id)
+                    assert read["status"] == "working" and read["statusMessage"].startswith("running on replica "), read
+                doomed.kill()
+                await anyio.to_thread.run_sync(doomed.wait, 30)
+                seen = await new.until(task_id, lambda read: read["status"] in TERMINAL)
+                assert seen.statuses[-1] == "completed" and set(seen.statuses[:-1]) <= {"working"}, seen
+                waits = [
+                    read for read in seen if "stopped; another replica takes it over" in read.get("statusMessage", "")
+                ]
+                assert waits, seen  # read through the other while the run waited to be taken over
+                assert answer_of(seen[-1]["result"]) == "All done."
+                assert seen[-1]["resultType"] == "complete"
+                legacy = await old.task(task_id)
+                assert legacy["status"] == "completed" and legacy["taskId"] == task_id, legacy
+                assert "result" not in legacy  # 2025-11-25 gives it by tasks/result
+                result = await old.result("tasks/result", {"taskId": task_id})
+                assert answer_of(result) == "All done."
+                assert result["_meta"][RELATED] == {"taskId": task_id}, result
+    assert log.count("run_resumed") == 1
+    assert len(llm.requests) == 2  # the turn held by the killed replica, and the same turn again
+
+
+async def test_only_the_caller_that_made_a_task_can_read_answer_or_cancel_it_on_either_replica(
+    database_url: str, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """No META_AGENT_HTTP_TOKEN: every Authorization header reaches /mcp, and a task is its header's. Another header
+    (or none) is told "unknown task" for every tasks/* method of both eras, on the replica running it and on the
+    other, and lists nothing; the task goes on, untouched, and its maker reads its result through the other."""
+    there = tmp_path / "there"
+    config = fault_config(tmp_path)
+    environ = replica_environ(llm, database_url, tmp_path)
+    llm.reply(openai_reply(None, ("c1", "f__wait_for_file", {"path": str(there)})))
+    llm.reply(openai_reply("Mine."))
+    with replica(config, environ) as (_, one, _), replica(config, environ) as (_, other, _):
+        async with caller(one, LEGACY, "Bearer a") as maker:
+            task_id = await maker.start("agent", "Wait for the file.")
+            await maker.until(task_id, lambda read: str(there) in read.get("statusMessage", ""))
+            for url in (one, other):
+                for authorization in ("Bearer b", None):
+                    await refused(url, authorization, task_id)
+        assert not there.exists()
+        there.touch()
+        async with caller(other, LEGACY, "Bearer a") as maker, caller(other, MODERN, "Bearer a") as modern:
+            seen = await modern.until(task_id, lambda read: read["status"] in TERMINAL)
+            assert seen.statuses[-1] == "completed", seen
+            assert answer_of(seen[-1]["result"]) == "Mine."
+            assert answer_of(await maker.result("tasks/result", {"taskId": task_id})) == "Mine."
+            assert [task["taskId"] for task in (await maker.result("tasks/list"))["tasks"]] == [task_id]
+
+
+async def refused(url: str, authorization: str | None, task_id: str) -> None:
+    """Every tasks/* method of both eras, by a caller with `authorization`, gets what an unknown task gets."""
+    unknown = f"unknown task {task_id!r}"
+    async with caller(url, LEGACY, authorization) as old, caller(url, MODERN, authorization) as new:
+        for host, method, extra in (
+            (old, "tasks/get", {}),
+            (old, "tasks/result", {}),
+            (old, "tasks/cancel", {}),
+            (new, "tasks/get", {}),
+            (new, "tasks/update", {"inputResponses": {"approval-1": {"action": "accept", "content": {}}}}),
+            (new, "tasks/cancel", {}),
+        ):
+            error = await host.error(method, {"taskId": task_id, **extra})
+            assert (error["code"], error["message"]) == (-32602, unknown), (url, authorization, host.era, method, error)
+        assert (await old.result("tasks/list"))["tasks"] == []
+        # and a task id nobody made gets the same
+        forged = await new.error("tasks/get", {"taskId": "01" + task_id[2:][::-1]})
+        assert forged["code"] == -32602 and forged["message"].startswith("unknown task "), forged
+
+
+async def test_a_tasks_approval_is_answered_through_the_other_replica(
+    database_url: str, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The run on one replica asks for an approval: the other shows it in `inputRequests`; a `tasks/update` there
+    resumes the run where it runs (answers to keys not asked, or asked already, change nothing)."""
+    config = fault_config(tmp_path)
+    environ = replica_environ(llm, database_url, tmp_path)
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/a"})))
+    llm.reply(openai_reply("Deleted."))
+    allow = {"action": "accept", "content": {"decision": "allow_once"}}
+    with replica(config, environ) as (_, one, _), replica(config, environ) as (_, other, _):
+        async with caller(one, MODERN) as here, caller(other, MODERN) as there:
+            task_id = await here.start("agent", "Delete /a.")
+            seen = await there.until(task_id, lambda read: read["status"] != "working")
+            asking = seen[-1]
+            assert asking["status"] == "input_required", seen
+            [(key, request)] = asking["inputRequests"].items()
+            assert request["method"] == "elicitation/create" and "/a" in request["params"]["message"], request
+            assert (await here.task(task_id))["inputRequests"] == asking["inputRequests"]  # the same question there
+            # an answer to a question never asked changes nothing: the task still asks
+            await updated(there, task_id, {"approval-9": allow})
+            assert (await there.task(task_id))["inputRequests"] == asking["inputRequests"]
+            await updated(there, task_id, {key: allow})
+            seen = await there.until(task_id, lambda read: read["status"] in TERMINAL)
+            assert seen.statuses[-1] == "completed", seen
+            assert answer_of(seen[-1]["result"]) == "Deleted."
+            assert (await here.task(task_id))["status"] == "completed"
+            # replayed, once the task has ended: accepted and ignored
+            await updated(there, task_id, {key: allow})
+    results = [m["content"] for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert results == ["deleted /a"]
+    assert len(llm.requests) == 2
+
+
+async def test_a_task_cancelled_through_the_other_replica_cancels_its_run_and_its_childs_call(
+    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`tasks/cancel` on the replica not running the task: the run on the other is cancelled, with its child's call,
+    and the task reads `cancelled` on both, in both eras."""
+    cancelled = tmp_path / "cancelled"
+    config = fault_config(tmp_path)
+    environ = replica_environ(llm, database_url, tmp_path)
+    llm.reply(openai_reply(None, ("c1", "f__hang", {"cancel_file": str(cancelled)})))
+    with replica(config, environ) as (_, one, _), replica(config, environ) as (_, other, _):
+        async with caller(one, MODERN) as here, caller(other, MODERN) as there, caller(other, LEGACY) as old:
+            task_id = await here.start("agent", "Hang.")
+            await here.until(task_id, lambda read: "hanging" in read.get("statusMessage", ""))
+            assert empty(await there.result("tasks/cancel", {"taskId": task_id}))
+            await wait_for(cancelled.exists)  # the child's call, on the replica running the task, was cancelled
+            for host in (here, there, old):
+                assert (await host.task(task_id))["status"] == "cancelled"
+            error = await old.error("tasks/result", {"taskId": task_id})
+            assert error["code"] == -32602 and "has no result" in error["message"], error
+            row = f"select status, error from runs where id = '{task_id}'"
+            with anyio.fail_after(BOUND):
+                while pg_cluster.psql(database_url, row) != "done|cancelled":
+                    await anyio.sleep(0.05)  # the run ends as cancelled on its replica
+    assert len(llm.requests) == 1
+
+
+async def test_an_embedded_task_whose_process_ended_reads_failed_from_the_next_process(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    """No PostgreSQL: nobody resumes a run whose process died. The next process on the same SQLite file reads the
+    task (same Authorization header) `failed` once the dead process's mark lapses, with a status message saying why;
+    its tasks/result is an error saying the same; another caller is told the task is unknown."""
+    config = fault_config(tmp_path)
+    base = {key: value for key, value in os.environ.items() if key != "META_AGENT_DATABASE_URL"}
+    state = {"META_AGENT_CONVERSATIONS_DB": str(tmp_path / "state.sqlite3"), "META_AGENT_TRACE_DIR": str(tmp_path)}
+    environ = openai_env(llm, model="openai:fake-model", base=base | state, META_AGENT_LEASE_SECONDS="1")
+    llm.reply(openai_reply("never seen"), delay=HELD)
+    with replica(config, environ) as (first, url, _):
+        async with caller(url, LEGACY, "Bearer me") as maker:
+            task_id = await maker.start("agent", "Say something.")
+            await wait_for(lambda: len(llm.requests) == 1)
+        first.kill()
+        await anyio.to_thread.run_sync(first.wait, 30)
+    with replica(config, environ) as (_, url, _):
+        async with caller(url, LEGACY, "Bearer me") as old, caller(url, MODERN, "Bearer me") as new:
+            seen = await old.until(task_id, lambda read: read["status"] != "working")
+            assert seen[-1]["status"] == "failed" and seen[-1]["statusMessage"] == LOST, seen
+            modern = await new.task(task_id)
+            assert modern["status"] == "failed" and modern["statusMessage"] == LOST, modern
+            assert modern["error"]["message"] == LOST and "result" not in modern, modern
+            error = await old.error("tasks/result", {"taskId": task_id})
+            assert error["code"] == -32603 and LOST in error["message"], error
+            assert [task["status"] for task in (await old.result("tasks/list"))["tasks"]] == ["failed"]
+        async with caller(url, MODERN, "Bearer someone else") as stranger:
+            assert (await stranger.error("tasks/get", {"taskId": task_id}))["code"] == -32602
+    assert len(llm.requests) == 1  # nothing ran it again
+
+
+async def test_a_task_taken_over_by_the_other_replica_is_cancelled_there(
+    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The task's replica is SIGKILLed in a tool call; the other resumes its run. A `tasks/cancel` then (through the
+    replica now running it) cancels that run too: the task reads `cancelled`, and its run ends as cancelled, not
+    left to go on making calls nobody wants."""
+    there = tmp_path / "there"
+    config = fault_config(tmp_path)
+    environ = {**replica_environ(llm, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
+    llm.reply(openai_reply(None, ("c1", "f__wait_for_file", {"path": str(there)})))
+    llm.reply(openai_reply("Should not be asked."))
+    with replica(config, environ) as (doomed, doomed_url, _), replica(config, environ) as (_, other_url, log):
+        async with caller(doomed_url, MODERN) as maker:
+            task_id = await maker.start("agent", "Wait for the file.")
+            await maker.until(task_id, lambda read: str(there) in read.get("statusMessage", ""))
+        doomed.kill()
+        await anyio.to_thread.run_sync(doomed.wait, 30)
+        await anyio.to_thread.run_sync(lambda: log.wait_for("run_resumed", timeout=BOUND))
+        async with caller(other_url, MODERN) as new:
+            assert (await new.task(task_id))["status"] == "working"
+            assert empty(await new.result("tasks/cancel", {"taskId": task_id}))
+            assert (await new.task(task_id))["status"] == "cancelled"
+            row = f"select status, error from runs where id = '{task_id}'"
+            with anyio.fail_after(20):
+                while (status := pg_cluster.psql(database_url, row)) != "done|cancelled":
+                    await anyio.sleep(0.1)  # the resumed run ends as cancelled on the replica running it
+            assert status == "done|cancelled"
+        there.touch()  # were the run still going, it would now ask the model again
+    assert len(llm.requests) == 1
+
+
+async def test_a_legacy_tasks_approval_is_asked_on_the_stream_of_its_result_on_the_other_replica(
+    database_url: str, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """2025-11-25: the run on one replica asks for an approval; through the other, the task reads `input_required`
+    (the question as its status message), and `tasks/result` there puts the question to the caller on its own
+    stream (an `elicitation/create` with the related-task `_meta`); the answer, sent back to that replica, resumes
+    the run where it runs, and the same `tasks/result` then answers with the run's result."""
+    config = fault_config(tmp_path)
+    environ = replica_environ(llm, database_url, tmp_path)
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/a"})))
+    llm.reply(openai_reply("Deleted."))
+    with replica(config, environ) as (_, one, _), replica(config, environ) as (_, other, _):
+        async with caller(one, LEGACY) as maker, caller(other, LEGACY) as old:
+            task_id = await maker.start("agent", "Delete /a.")
+            seen = await old.until(task_id, lambda read: read["status"] != "working")
+            assert seen[-1]["status"] == "input_required" and "/a" in seen[-1]["statusMessage"], seen
+            asked, result = await result_answering(
+                old, task_id, {"action": "accept", "content": {"decision": "allow_once"}}
+            )
+            [question] = asked
+            assert "/a" in question["params"]["message"] and question["params"]["_meta"][RELATED] == {"taskId": task_id}
+            assert answer_of(result) == "Deleted." and result["_meta"][RELATED] == {"taskId": task_id}, result
+            assert (await maker.task(task_id))["status"] == "completed"
+    results = [m["content"] for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert results == ["deleted /a"]
+
+
+async def result_answering(
+    host: Caller, task_id: str, answer: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """2025-11-25 `tasks/result`, read as a stream: each question the server asks on it answered with `answer` (a
+    JSON-RPC response POSTed in the caller's session); the questions, and the result."""
+    host.ids += 1
+    body = {"jsonrpc": "2.0", "id": host.ids, "method": "tasks/result", "params": {"taskId": task_id}}
+    headers = host.in_session()
+    asked: list[dict[str, Any]] = []
+    with anyio.fail_after(BOUND):
+        async with host.http.stream("POST", host.url, json=body, headers=headers) as response:
+            assert response.headers["content-type"].startswith("text/event-stream"), response.headers
+            async for line in response.aiter_lines():
+                if not line.startswith("data:") or not (data := line.removeprefix("data:").strip()):
+                    continue
+                message = json.loads(data)
+                if message.get("method") == "elicitation/create":
+                    asked.append(message)
+                    reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer}
+                    sent = await host.http.post(host.url, json=reply, headers=headers)
+                    assert sent.status_code == 202, sent.text
+                elif message.get("id") == host.ids:
+                    assert "result" in message, message
+                    return asked, message["result"]
+    raise AssertionError("tasks/result ended without an answer")
