@@ -4,8 +4,10 @@ third-party clients are tests/test_tasks_clients.py's; replicas on PostgreSQL, t
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import socket
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp.types as t
 import pytest
 from conftest import fault_entry, openai_env
@@ -22,6 +25,8 @@ from mcp.shared.exceptions import MCPError
 from raw_stdio import RawHost, raw_serving
 
 from meta_agent.config.settings import Settings
+from meta_agent.front.http import serve_http
+from meta_agent.front.http_app import http_app
 from meta_agent.front.server import build_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.processes]
@@ -248,8 +253,9 @@ async def test_a_task_past_its_time_is_gone(llm: FakeLLM, tmp_path: Path) -> Non
     async with connected(llm, "2025-11-25", conversations_db=store) as raw:
         task_id = await start(raw, "ok")
         await status(raw, task_id, "completed")
-        with sqlite3.connect(store) as db:  # as if it had been made two hours ago
+        with sqlite3.connect(store) as db:  # as if it had been made, and had ended, two hours ago
             db.execute("update tasks set created_at = created_at - 7200 where id = ?", (task_id,))
+            db.execute("update runs set updated = datetime(updated, '-7200 seconds') where id = ?", (task_id,))
         gone = await raw.error("tasks/get", {"taskId": task_id})
         listed = await raw("tasks/list")
     assert gone.code == t.INVALID_PARAMS and listed == {"tasks": []}
@@ -313,3 +319,51 @@ async def lines_until_answer(host: RawHost, request_id: int) -> list[dict[str, A
         while not seen or seen[-1].get("id") != request_id:
             seen.append(json.loads(await host.line()))
     return seen
+
+
+@pytest.mark.parametrize(
+    ("named", "code"),
+    [("task", None), ("base64", None), ("other", -32020), ("other_base64", -32020), ("garbled", -32020)],
+)
+async def test_2026_mcp_name_where_given_must_name_the_task(named: str, code: int | None, llm: FakeLLM) -> None:
+    """Over HTTP the `Mcp-Name` header of a `tasks/*` request, where a client gives it, names its task: plain, or
+    base64-wrapped as the spec wraps a value that is not plain ASCII; any other value is a header mismatch."""
+    llm.reply(openai_reply("ok"))
+    server = build_server(Settings(model="openai:fake-model"), {}, openai_env(llm))
+    sock = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Mcp-Protocol-Version": "2026-07-28",
+        "Mcp-Name": "agent",
+    }
+    async with anyio.create_task_group() as tg, httpx2.AsyncClient(timeout=BOUND) as http:
+        tg.start_soon(serve_http, http_app(server, host="127.0.0.1"), [sock])
+
+        async def post(method: str, params: dict[str, Any], **extra: str) -> dict[str, Any]:
+            body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": envelope()}}
+            with anyio.fail_after(BOUND):
+                while True:
+                    try:
+                        answer = await http.post(url, json=body, headers={**headers, "Mcp-Method": method, **extra})
+                        break
+                    except httpx2.ConnectError:  # not listening yet
+                        await anyio.sleep(0.05)
+            return dict(answer.json())
+
+        created = await post("tools/call", {"name": "agent", "arguments": {"task": "ok"}})
+        assert "result" in created, created
+        task_id = created["result"]["taskId"]
+        given = {
+            "task": task_id,
+            "base64": "=?base64?" + base64.b64encode(task_id.encode()).decode() + "?=",
+            "other": "0" * 26,
+            "other_base64": "=?base64?" + base64.b64encode(b"0" * 26).decode() + "?=",
+            "garbled": "=?base64?%%%?=",
+        }[named]
+        read = await post("tasks/get", {"taskId": task_id}, **{"Mcp-Name": given})
+        tg.cancel_scope.cancel()
+    if code is None:
+        assert read["result"]["taskId"] == task_id, read
+    else:
+        assert read["error"]["code"] == code and "Mcp-Name" in read["error"]["message"], read

@@ -122,8 +122,8 @@ class Settings(BaseSettings):
     task_ttl: float = Field(
         default=3600.0,
         gt=0,
-        description="Seconds an MCP task and its result are kept at most from its creation (a running task is kept"
-        " until it ends); a caller's `ttl` is honoured within this, and within a minute at least.",
+        description="Seconds an MCP task and its result are kept at most, from its creation and from its run's end"
+        " (a running task is kept until it ends); a caller's `ttl` is honoured within this, and a minute at least.",
     )
     max_tasks: int = Field(
         default=100,

@@ -28,6 +28,7 @@ from mcp.server.extension import Extension
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import decode_header_value
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -210,8 +211,9 @@ def _era(ctx: ServerRequestContext[Any, Any], method: str, task_id: str | None, 
                 f"{method}: the request does not declare the extension {EXTENSION}",
                 {"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
             )
-        named = ctx.request.headers.get("mcp-name") if isinstance(ctx.request, Request) else None
-        if named is not None and task_id is not None and named != task_id:
+        header = ctx.request.headers.get("mcp-name") if isinstance(ctx.request, Request) else None
+        named = decode_header_value(header)  # a value that is not plain ASCII comes base64-wrapped
+        if header is not None and task_id is not None and named != task_id:
             raise MCPError(HEADER_MISMATCH, f"{method}: the Mcp-Name header names another task than taskId")
         return True
     if ctx.protocol_version != LEGACY:
@@ -240,7 +242,10 @@ async def _ask(ctx: ServerRequestContext[Any, Any], task_id: str, request: Calle
         return await ctx.session.send_request(
             t.CreateMessageRequest.model_validate(data), t.CreateMessageResult, metadata=metadata
         )
-    except (MCPError, ValidationError, RuntimeError) as exc:
+    except (MCPError, ValidationError) as exc:  # the caller answered, with an error: turned down, as a live call's
+        log.info("task_question_declined", task_id=task_id, error=str(exc))
+        return t.ElicitResult(action="cancel")
+    except RuntimeError as exc:  # it could not be sent: the question waits for the next `tasks/result`
         log.info("task_question_unanswered", task_id=task_id, error=str(exc))
         return None
 

@@ -82,6 +82,7 @@ class TaskRun:
     relay: Callable[[str, int, str], Awaitable[None]] | None = None  # progress to its caller (2025-11-25)
     message: str | None = None
     updated: str = ""
+    asking: set[str] = field(default_factory=set)  # the questions a `tasks/result` is putting to the caller now
 
     @property
     def id(self) -> str:
@@ -194,7 +195,7 @@ class TaskBoard:
             return False
         for key, response in responses.items():
             name, _, seq = key.rpartition("-")
-            if seq.isdigit():
+            if name and seq.isascii() and seq.isdigit() and len(seq) <= 9:
                 await self._answer(task_id, int(seq), name, response)
         return True
 
@@ -222,12 +223,18 @@ class TaskBoard:
         The wait is bounded by the run's own limits. None: `owner` has no such task."""
         asked: set[str] = set()
         while (view := await self.view(owner, task_id)) is not None and not view.terminal:
-            for key, request in view.questions.items():
-                if key not in asked:
-                    asked.add(key)
-                    if (response := await ask(request)) is not None:
-                        await self.answer(owner, task_id, {key: response})
             task = self._live.get(task_id)
+            asking = task.asking if task is not None else set()  # another reader's question is not asked twice
+            for key, request in view.questions.items():
+                if key not in asked and key not in asking:
+                    asked.add(key)
+                    asking.add(key)
+                    try:
+                        response = await ask(request)
+                    finally:
+                        asking.discard(key)
+                    if response is not None:
+                        await self.answer(owner, task_id, {key: response})
             with anyio.move_on_after(POLL_SECONDS):
                 await (task.run.changed() if task is not None else anyio.sleep_forever())
         return view
@@ -260,7 +267,7 @@ class TaskBoard:
     async def _answer(self, task_id: str, seq: int, key: str, response: t.InputResponse) -> None:
         """Answer question `seq` of the task, here or (shared rounds) on whichever replica runs it; once."""
         task = self._live.get(task_id)
-        if task is not None and task.run.can_answer(seq) is not None:
+        if task is not None and (task.run.can_answer(seq) is not None or not _asks(task.run, seq, key)):
             return
         if self._shared is not None:
             try:
@@ -306,7 +313,11 @@ class TaskBoard:
         if row.cancelled:
             return replace(base, status="cancelled", message=CANCELLED)
         if run is None:  # not started yet; or, with a result kept, failed before it began (an argument refused)
-            return base if kept is None else replace(base, status="done", result=kept)
+            if kept is not None:
+                return replace(base, status="done", result=kept)
+            if row.task_id in self._live or row.age < START_GRACE:
+                return base
+            return replace(base, status="lost", message=NEVER_STARTED)
         if run.status == "running":
             return await self._remote_view(row, base)
         if run.status == "interrupted":
@@ -315,8 +326,8 @@ class TaskBoard:
             return replace(base, status="lost", message=LOST)
         if run.result is not None:
             return replace(base, status="done", result=kept or stored_result(run.result))
-        if run.error == "cancelled":
-            return replace(base, status="cancelled", message="cancelled")
+        if run.error == "cancelled":  # not by its caller (row.cancelled): reaped unanswered, or the server stopped
+            return replace(base, status="lost", message=STOPPED)
         return replace(base, status="done", result=kept or tool_error(run.error or "the run ended without a result"))
 
     async def _remote_view(self, row: TaskRow, base: TaskView) -> TaskView:
@@ -334,6 +345,16 @@ class TaskBoard:
 
 
 LOST = "the process that ran it ended before the run finished"
+STOPPED = "its run was stopped before it finished: a question was not answered in time, or the server stopped"
+NEVER_STARTED = "its run never started (it was refused, or the process that made it stopped first)"
+
+
+def _asks(run: ParkedRun, seq: int, key: str) -> bool:
+    """Whether question `seq` of `run` is the one asked under `key` (an answer under another key is ignored)."""
+    latest = run.latest()
+    return latest is not None and latest[0] == seq and isinstance(latest[1], Question) and latest[1].key == key
+
+
 CANCELLED = "cancelled by its caller"
 
 

@@ -28,6 +28,7 @@ class TaskRow:
     tool: str
     created: str
     ttl_ms: int
+    age: float  # seconds since it was made, by the database's clock
     cancelled: bool  # a cancel was asked for, through any replica: the task reads cancelled however its run ends
     run: RunState | None
 
@@ -86,26 +87,38 @@ def _create(sql: Sql, task_id: str, owner: str, tool: str, ttl_ms: int) -> None:
     )
 
 
+def _ended_at(sql: Sql, run: str = "r") -> str:
+    """When the run was last written (its end, once it has ended), in seconds since the epoch."""
+    if sql.postgres:
+        return f"extract(epoch from cast({run}.updated as timestamp))"
+    return f"((julianday({run}.updated) - 2440587.5) * 86400.0)"
+
+
 def _kept(sql: Sql) -> str:
-    """The condition on a row joined to its run (`t`, `r`) that the task is kept: within its time, or running."""
-    return f"(t.created_at + t.ttl_ms / 1000.0 >= {sql.clock} or r.status = 'running')"
+    """The condition on a row joined to its run (`t`, `r`) that the task is kept: within its time from its creation
+    or from its run's end, or running."""
+    return (
+        f"(t.created_at + t.ttl_ms / 1000.0 >= {sql.clock} or r.status = 'running'"
+        f" or {_ended_at(sql)} + t.ttl_ms / 1000.0 >= {sql.clock})"
+    )
 
 
 def _select(sql: Sql) -> str:
     return (
-        f"select t.id, t.tool, t.created, t.ttl_ms, t.cancelled, r.id, {columns(sql, 'r')}"
+        f"select t.id, t.tool, t.created, t.ttl_ms, t.cancelled, {sql.clock} - t.created_at, r.id, {columns(sql, 'r')}"
         " from tasks t left join runs r on r.id = t.id"
     )
 
 
 def _row(row: tuple[Any, ...]) -> TaskRow:
-    task_id, tool, created, ttl_ms, cancelled, run_id, *run = row
+    task_id, tool, created, ttl_ms, cancelled, age, run_id, *run = row
     return TaskRow(
         task_id=str(task_id),
         tool=str(tool),
         created=str(created),
         ttl_ms=int(ttl_ms),
         cancelled=bool(cancelled),
+        age=float(age),
         run=None if run_id is None else state(str(run_id), tuple(run)),
     )
 
@@ -131,7 +144,8 @@ def _cancel(sql: Sql, task_id: str) -> None:
 def _forget_expired(sql: Sql) -> int:
     return sql.execute(
         f"delete from tasks where created_at + ttl_ms / 1000.0 < {sql.clock}"
-        " and not exists (select 1 from runs r where r.id = tasks.id and r.status = 'running')"
+        " and not exists (select 1 from runs r where r.id = tasks.id"
+        f" and (r.status = 'running' or {_ended_at(sql)} + tasks.ttl_ms / 1000.0 >= {sql.clock}))"
     )
 
 
