@@ -1,5 +1,5 @@
 """The child of the result-handles benchmark: a stdio MCP server whose one tool returns a long text with the answer
-on its last line (the shape of tests/test_result_handles.py's child)."""
+on its last line (the shape of tests/internal/test_result_handles.py's child)."""
 
 from mcp.server import MCPServer
 from mcp.types import ToolAnnotations

@@ -71,11 +71,11 @@ def machine(run: str) -> list[str]:
 
 
 def fault_suite() -> dict[str, Any]:
-    """The whole fault suite (every tests/test_faults*.py: its summary needs them all) and its counts."""
+    """The whole fault suite (every tests/faults/test_faults*.py: its summary needs them all) and its counts."""
     with tempfile.TemporaryDirectory() as state:
         summary = Path(state) / "faults.json"
         env = {**os.environ, "META_AGENT_FAULT_SUMMARY": str(summary)}
-        modules = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_faults*.py"))
+        modules = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests" / "faults").glob("test_faults*.py"))
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *modules]
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         print(done.stdout.strip().splitlines()[-2] if done.stdout.strip() else done.stderr[-2000:])
@@ -372,7 +372,7 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
 
     cancel = faults["cancel_to_child_ms"]
     lines += [
-        "## Fault suite (tests/test_faults*.py, also part of `scripts/test`)",
+        "## Fault suite (tests/faults/test_faults*.py, also part of `scripts/test`)",
         "",
         (
             f"- Injected {faults['injected']}, handled {faults['handled']}, hung {faults['hung']} (must be 0), leaked"

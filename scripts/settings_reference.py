@@ -1,6 +1,6 @@
 """Write docs/settings.md, the settings reference, from the settings model: one entry per `META_AGENT_*` variable,
 with its type, default, bounds and the description of its field. `--check` writes nothing and exits 1 when the page
-differs from what the model gives (tests/test_repo_docs.py runs the same comparison).
+differs from what the model gives (tests/repo/test_repo_docs.py runs the same comparison).
 
 A committed page rather than one made while the site builds: it reads on the repository's own pages too, a change to a
 setting shows as a change to the page in review, and the site builds without importing meta-agent.

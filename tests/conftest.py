@@ -212,14 +212,14 @@ def _traces_in_a_temporary_dir(tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The fault suite's summary test checks the counts of every module of the suite (tests/test_faults*.py), so it
-    runs after all of them. Under --quick, only the quick tier runs (quick_tier.py)."""
+    """The fault suite's summary test checks the counts of every module of the suite (tests/faults/test_faults*.py), so
+    it runs after all of them. Under --quick, only the quick tier runs (quick_tier.py)."""
     keep_the_quick_tier(config, items)
     items.sort(key=lambda item: item.name == "test_the_fault_summary")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fault suite's counts (tests/test_faults*.py), as one line and, where $META_AGENT_FAULT_SUMMARY names a
+    """The fault suite's counts (tests/faults/test_faults*.py), as one line and, where $META_AGENT_FAULT_SUMMARY names a
     file, as JSON there."""
     from fault_tally import TALLY
 
@@ -295,3 +295,19 @@ def http_serving(config: Path, environ: Mapping[str, str], *args: str) -> Iterat
         assert proc.stderr is not None
         proc.stderr.close()
         assert code == 128 + signal.SIGTERM, code
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose command line contains `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found

@@ -6,7 +6,7 @@ events, the settings and the errors (README.md, "Embedding").
 
 `__all__` is the one list of public names. Where each is defined is said once, by the `if TYPE_CHECKING:` imports
 that type checkers and editors read; at run time the package reads those same imports back to know which module to
-load (tests/test_exported_members.py holds the two to the same names, and every member of `Event` to the list).
+load (tests/repo/test_exported_members.py holds the two to the same names, and every member of `Event` to the list).
 
 Every import of a submodule, the command line's included, runs this file first, so it imports nothing: each name
 loads its module on first use (PEP 562). Importing the neutral types does not load MCP or a vendor SDK.

@@ -127,8 +127,8 @@ def connection_of(session: ServerSession) -> Connection:
     """The SDK's `Connection` behind a request's `session` (host_logs and subscriptions key their sessions by it too).
 
     The SDK builds a new `ServerSession` for every request and gives no public handle on the connection behind it,
-    so this is meta-agent's one read of an SDK internal; tests/test_approvals.py::test_the_session_connection_* fails
-    when an SDK release moves it.
+    so this is meta-agent's one read of an SDK internal; tests/front/test_approvals.py::test_the_session_connection_*
+    fails when an SDK release moves it.
 
     Raises:
         TypeError: the installed SDK no longer keeps the connection where this reads it.
