@@ -1,18 +1,23 @@
 """A tool the person at the terminal trusted for the rest of a durable run (`meta-agent run`, answer `t`) stays
 trusted when the run is resumed by a replica after its process died (durable/steps.py `_Approvals`): the
-replayed verdict grants it again, where nobody is left to ask."""
+replayed verdict grants it again, where nobody is left to ask. The run is the local user's (it was made off HTTP):
+it is read from the run index as that user, not through an HTTP caller, whose runs are its own."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 from conftest import http_serving
 from fake_llm import FakeLLM, openai_reply
 from postgres_cluster import Cluster
 from pty_terminal import META_AGENT, PROMPT, Terminal
-from replicas import done_run, fault_config, replica_environ
+from replicas import fault_config, replica_environ
+
+from meta_agent.store.database import LOCAL_OWNER, PostgresDatabase
+from meta_agent.store.run_index import RunIndex
 
 pytestmark = [
     pytest.mark.anyio,
@@ -41,10 +46,14 @@ async def test_a_tool_trusted_for_the_rest_of_a_run_stays_trusted_when_a_replica
     assert changes.read_text() == "first\n"
     run_id = pg_cluster.psql(database_url, "select id from runs")
     there.touch()
-    with http_serving(config, environ) as (replica, _):
-        run = await done_run(f"{replica}/mcp", run_id)
-    assert run["result"] is not None, run["error"]
-    assert run["result"]["answer"] == "All done."
-    calls = [(call["name"], call["ok"]) for step in run["result"]["steps"] for call in step["tool_calls"]]
+    index = RunIndex(PostgresDatabase(database_url), "reader")
+    with http_serving(config, environ):
+        with anyio.fail_after(60):
+            while (state := await index.read(run_id, owner=LOCAL_OWNER)) is None or state.status != "done":
+                await anyio.sleep(0.1)  # polling the run's status in the index, as `meta-agent runs show` reads it
+    index.database.close()
+    assert state.result is not None, state.error
+    assert state.result["answer"] == "All done."
+    calls = [(call["name"], call["ok"]) for step in state.result["steps"] for call in step["tool_calls"]]
     assert calls == [("f.append", True), ("f.wait_for_file", True), ("f.append", True)]
     assert changes.read_text() == "first\nsecond\n"  # the first made once, the second allowed without asking

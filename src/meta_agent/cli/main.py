@@ -81,6 +81,22 @@ def _said(text: str) -> str:
     return text
 
 
+def _add_runs(runs: argparse.ArgumentParser) -> None:
+    """The arguments of `meta-agent runs`."""
+    runs.add_argument("show", nargs="?", choices=["show"], help="show one run step by step")
+    runs.add_argument("run_id", nargs="?", metavar="RUN_ID")
+    whose = runs.add_mutually_exclusive_group()
+    whose.add_argument(
+        "--owner",
+        metavar="SUBJECT",
+        help="with a shared database: the runs of this subject (`sub:…`, `http:…`; default: local, the runs made off "
+        "HTTP)",
+    )
+    whose.add_argument(
+        "--all", action="store_true", help="with a shared database: every subject's runs, each with its owner"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line (README, Commands). Longer than ~60 lines on purpose: one declarative table of every command
     and option reads better whole than cut into pieces."""
@@ -139,9 +155,9 @@ def _parser() -> argparse.ArgumentParser:
 
     tools = commands.add_parser("tools", parents=[common], help="the toolbox: each child's tools, status and trust")
     tools.add_argument("--json", action="store_true", help="print the toolbox as JSON")
-    runs = commands.add_parser("runs", parents=[common], help="recent runs from their traces; `runs show ID` tells one")
-    runs.add_argument("show", nargs="?", choices=["show"], help="show one run step by step")
-    runs.add_argument("run_id", nargs="?", metavar="RUN_ID")
+    _add_runs(
+        commands.add_parser("runs", parents=[common], help="recent runs from their traces; `runs show ID` tells one")
+    )
     check = commands.add_parser(
         "check", parents=[common], help="validate servers.json, start every child and report; exit 1 if any fails"
     )

@@ -2,6 +2,12 @@
 shared database (META_AGENT_DATABASE_URL) the list is the run index's, every replica's runs, and a run whose trace is
 on another machine is told from its record there.
 
+Runs are their callers' (meta_agent.front.subjects). The command is run by whoever holds the database, as the local
+user: over the database it lists, and tells from the index, the local user's runs (those made off HTTP: stdio,
+`meta-agent run`, and rows from before runs had owners); `--owner SUBJECT` another subject's, `--all` everyone's,
+each with its owner: whoever can connect to the database can read every row anyway, so these say outright what
+psql would. The trace files of this machine are the local user's files: read whoever's runs they hold.
+
 It starts no children: imported only by that command, it leaves the MCP SDK and the run records' models out of
 every other command's start.
 """
@@ -13,6 +19,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -56,7 +63,8 @@ def show_runs(args: argparse.Namespace) -> int:
             try:
                 trace = read(directory, args.run_id)
             except ConfigError:
-                if settings.database_url and (state := _indexed(settings.database_url, args.run_id)) is not None:
+                url = settings.database_url
+                if url and (state := _indexed(url, args.run_id, _owner(args))) is not None:
                     print("\n".join(printable(line) for line in indexed_account(state)))
                     return 0
                 raise
@@ -64,20 +72,24 @@ def show_runs(args: argparse.Namespace) -> int:
             if trace.skipped:
                 note(f"runs show: {plural(trace.skipped, 'unreadable record')} skipped in {args.run_id}.jsonl")
             return 0
+        owners: list[str] = []
         if settings.database_url:
-            where, listing = _index_listing(settings.database_url)
+            where, listing, owners = _index_listing(settings.database_url, _owner(args))
+            where += f" ({'every subject' if args.all else _owner(args)})"
         else:
             where, listing = str(directory), recent(directory)
     except ConfigError as exc:
         return fail(str(exc), EXIT_USAGE)
     print(f"{where}: {plural(len(listing.runs), 'recent run')}")
-    for run in listing.runs:
+    for index, run in enumerate(listing.runs):
         seconds = f"{run.seconds:.2f} s" if run.seconds is not None else "?"
         task = one_line(run.task, TASK_SHOWN)
         line = (
             f"  {run.run_id}  {run.started[:19]}  {run.mode:<5}  {run.stop_reason:<12}  "
             f"{plural(run.steps, 'step'):<8}  {run.tokens:>7} tokens  {seconds:>8}  {task}"
         )
+        if args.all:
+            line = f"{line}  [{owners[index]}]"
         print(printable(line))  # a trace's text cannot reach the terminal as control characters
     if listing.skipped_files or listing.skipped_records:
         note(f"runs: {_skipped(listing)}")
@@ -93,21 +105,30 @@ def _skipped(listing: Listing) -> str:
     return f"{' and '.join(counts)} skipped" + (f" ({names})" if names else "")
 
 
-def _index_listing(url: str, limit: int = 20) -> tuple[str, Listing]:
-    """The newest runs of every replica, from the run index of the database at `url`.
+def _owner(args: argparse.Namespace) -> str | None:
+    """Whose runs the command reads over the database: `--owner`'s, everyone's (`--all`: None), else the local
+    user's."""
+    from meta_agent.store.database import LOCAL_OWNER
+
+    return None if getattr(args, "all", False) else (getattr(args, "owner", None) or LOCAL_OWNER)
+
+
+def _index_listing(url: str, owner: str | None, limit: int = 20) -> tuple[str, Listing, list[str]]:
+    """`owner`'s newest runs (None: anyone's) of every replica, from the run index of the database at `url`; and
+    each one's owner.
 
     Raises:
         ConfigError: the database cannot be read.
     """
 
     with _index(url) as index:
-        states = anyio.run(index.recent, limit)
-    return index.database.label, Listing(runs=[_summary(state) for state in states])
+        states = anyio.run(partial(index.recent, limit, owner=owner))
+    return index.database.label, Listing(runs=[_summary(state) for state in states]), [s.owner for s in states]
 
 
-def _indexed(url: str, run_id: str) -> RunState | None:
+def _indexed(url: str, run_id: str, owner: str | None) -> RunState | None:
     with _index(url) as index:
-        return anyio.run(index.read, run_id)
+        return anyio.run(partial(index.read, run_id, owner=owner))
 
 
 @contextmanager

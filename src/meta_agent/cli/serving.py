@@ -52,6 +52,7 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
 
 async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve streamable HTTP at /mcp on `--host` and `--port`; a port that cannot be listened on is exit 2."""
+    from meta_agent.front.auth import resource_server
     from meta_agent.front.http import StartupFailed, serve_http
     from meta_agent.front.http_app import http_app
     from meta_agent.front.server import build_server
@@ -63,6 +64,7 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
             host=args.host,
             token=settings.http_token,
             allowed_hosts=tuple(args.allowed_host),
+            auth=resource_server(settings, resource_url=_resource_url(args.host, args.port)),
         )
         # Bound before anything starts, so a port that is taken is one line, not a started and stopped server.
         sockets = _listening_sockets(args.host, args.port)
@@ -76,6 +78,14 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
     except StartupFailed:
         return fail("serve: the server failed to start (the log above says why)", EXIT_FAILED)
     return 0
+
+
+def _resource_url(host: str, port: int) -> str | None:
+    """`http://HOST:PORT/mcp` of the listen address: the audience of OAuth access tokens unless one is configured;
+    None for a wildcard address or port 0, which name no resource."""
+    if host in ("", "0.0.0.0", "::") or port == 0:
+        return None
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
 
 
 def _watched(server: MetaAgentServer, settings: Settings) -> AbstractAsyncContextManager[None]:

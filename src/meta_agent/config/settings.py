@@ -113,6 +113,29 @@ class Settings(BaseSettings):
         description="With `serve --transport http`: `/mcp` needs `Authorization: Bearer <token>` (else 401), and"
         " `/health` shows the version and each child's status only to a request that gives it.",
     )
+    auth_issuer: str | None = Field(
+        default=None,
+        description="With `serve --transport http`: the issuer URL of the OAuth authorization server whose access"
+        " tokens `/mcp` takes (`https://keycloak.example.com/realms/tools`), exactly as its tokens' `iss` claim writes"
+        " it; https, or http to this machine only. `/mcp` then needs a bearer JWT signed by a key of the issuer's JWKS,"
+        " for `META_AGENT_AUTH_AUDIENCE`, unexpired, with `META_AGENT_AUTH_SCOPES`; the protected resource metadata is"
+        " served at `/.well-known/oauth-protected-resource`. Not together with `META_AGENT_HTTP_TOKEN`.",
+    )
+    auth_audience: str | None = Field(
+        default=None,
+        description="The `aud` the access tokens must name: this server's resource URL as its callers reach it"
+        " (`https://mcp.example.com/mcp`). Unset: `http://HOST:PORT/mcp` of `--host` and `--port`.",
+    )
+    auth_jwks_url: str | None = Field(
+        default=None,
+        description="Where the issuer's signing keys (JWKS) are. Unset: the `jwks_uri` of the issuer's metadata (RFC"
+        " 8414 `/.well-known/oauth-authorization-server`, else OpenID `/.well-known/openid-configuration`).",
+    )
+    auth_scopes: str | None = Field(
+        default=None,
+        description="Scopes every access token must carry (space- or comma-separated; `scope` or `scp` claim); a token"
+        " without one is answered 403 `insufficient_scope`. Unset: none.",
+    )
     max_parked: int = Field(
         default=1000,
         ge=1,

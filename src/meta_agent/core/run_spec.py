@@ -29,6 +29,7 @@ class RunSpec:
     conversation_id: str  # the new conversation's id, unless `continues`
     continues: bool
     can_ask: bool  # the caller can be asked to approve a call
+    owner: str | None = None  # whose run it is: an opaque subject (None: a spec made before runs had owners)
 
 
 class RunBody(Protocol[CallerT]):

@@ -36,7 +36,7 @@ from meta_agent.providers.chain import ModelChain
 from meta_agent.records.traces import Redactor, default_trace_dir, prune_traces
 from meta_agent.store.conversations import Conversations
 from meta_agent.store.conversations import default_path as default_conversations_path
-from meta_agent.store.database import open_database
+from meta_agent.store.database import LOCAL_OWNER, open_database
 from meta_agent.store.run_index import RunIndex
 from meta_agent.toolbox.live import LiveToolbox, learn_webhook_secrets
 from meta_agent.version import __version__
@@ -186,6 +186,7 @@ class Engine:
         questions: Questions | None = None,
         conversation_id: str | None = None,
         run_id: str | None = None,
+        owner: str = LOCAL_OWNER,
     ) -> RunResult:
         """One run of the loop with a caller's arguments.
 
@@ -203,6 +204,9 @@ class Engine:
             questions: where the children's questions (elicitation) go to the caller.
             conversation_id: the conversation this run continues; None: a new one.
             run_id: the run's id, where the caller gave it one already (an MCP task's); None: a new one.
+            owner: whose run it is, an opaque subject of at most 40 characters (meta_agent.front.subjects): the run,
+                the conversation it starts and the tools allowed in it are that subject's, and a conversation of
+                another's is unknown to it. The local user's by default.
 
         Returns:
             The run's result: its answer, stop reason, steps and usage, and the conversation it continues.
@@ -226,6 +230,7 @@ class Engine:
             questions=questions,
             conversation_id=conversation_id,
             run_id=run_id,
+            owner=owner,
         )
 
     def _child_changed(self, child: ChildServer) -> None:

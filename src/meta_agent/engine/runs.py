@@ -34,9 +34,10 @@ from meta_agent.errors import ConfigError, ConversationLost
 from meta_agent.providers.chain import ModelChain
 from meta_agent.records.telemetry import Spans
 from meta_agent.records.traces import Redactor, TraceWriter
+from meta_agent.shared.ids import random_id
 from meta_agent.shared.text import one_line
 from meta_agent.store.conversations import Conversations, Turn
-from meta_agent.store.database import Database
+from meta_agent.store.database import LOCAL_OWNER, Database
 from meta_agent.store.parking import SharedRounds
 from meta_agent.store.run_index import RunIndex, RunState, stopping
 from meta_agent.toolbox.live import LiveToolbox
@@ -108,8 +109,9 @@ class Runs:
         questions: Questions | None = None,
         conversation_id: str | None = None,
         run_id: str | None = None,
+        owner: str = LOCAL_OWNER,
     ) -> RunResult:
-        """One run of the loop with a caller's arguments (`Engine.run`).
+        """One run of the loop with a caller's arguments (`Engine.run`), `owner`'s.
 
         Raises:
             ConfigError: a bad argument (max_steps over the ceiling, a token budget below 1), an unknown conversation
@@ -123,9 +125,10 @@ class Runs:
             mode=mode,
             patterns=patterns,
             limits=self.limits(mode, max_steps, token_budget),
-            conversation_id=conversation_id or str(ULID()),
+            conversation_id=conversation_id or random_id(),  # nothing of it is told by the run's id
             continues=conversation_id is not None,
             can_ask=approver is not None,
+            owner=owner,
         )
         caller = Caller(emit=emit, approver=approver, sampling=sampling, questions=questions)
         if self.durable is not None:
@@ -142,11 +145,13 @@ class Runs:
                 await emit(ev.Heartbeat(step=0, waiting_for=PREVIOUS_TURN, elapsed_s=seconds, run_id=spec.run_id))
 
         existing = spec.conversation_id if spec.continues else None
+        owner = spec.owner or LOCAL_OWNER
         # running from the start: a run waiting for its turn of the conversation, or for its children, is one
-        async with self.index.running(spec.run_id, spec.mode, spec.task):
+        async with self.index.running(spec.run_id, spec.mode, spec.task, owner=owner):
             if stopping():  # a run handed to this process as it stops: left, as interrupted, for another replica
                 await anyio.sleep_forever()
-            async with self.conversations.turn(existing, new_id=spec.conversation_id, waiting=waiting) as turn:
+            turning = self.conversations.turn(existing, new_id=spec.conversation_id, waiting=waiting, owner=owner)
+            async with turning as turn:
                 steps = None if self.durable is None else await self.durable.steps(can_ask=spec.can_ask)
                 return await self._run_turn(turn, spec, caller, steps)
 
@@ -274,30 +279,30 @@ class Runs:
         if self.durable is not None:
             self.durable.cancel(run_id)
 
-    async def read(self, run_id: str) -> RunState | None:
-        """How the run `run_id` is, from the run index any replica writes (None: no such run)."""
-        return await self.index.read(run_id)
+    async def read(self, run_id: str, owner: str) -> RunState | None:
+        """How `owner`'s run `run_id` is, from the run index any replica writes (None: `owner` has no such run)."""
+        return await self.index.read(run_id, owner=owner)
 
     def in_touch(self) -> bool:
         """Whether durable runs can go on: no durable runs, or the database answered lately."""
         return self.durable is None or self.database.contact.in_touch
 
-    async def allowed(self, conversation_id: str | None) -> set[str]:
-        """The tools allowed for the rest of the conversation `conversation_id` (none for a new one, and none where
-        the store cannot be read: the user is asked again)."""
+    async def allowed(self, conversation_id: str | None, owner: str) -> set[str]:
+        """The tools `owner` allowed for the rest of the conversation `conversation_id` (none for a new one, none of
+        another's, and none where the store cannot be read: the user is asked again)."""
         if conversation_id is None:
             return set()
         try:
-            return await self.conversations.allowed(conversation_id)
+            return await self.conversations.allowed(conversation_id, owner=owner)
         except ConfigError as exc:
             log.warning("allowances_not_read", conversation_id=conversation_id, error=str(exc))
             return set()
 
-    async def allow(self, conversation_id: str, allowed: set[str]) -> None:
-        """Keep `allowed` for the rest of the conversation; where the store cannot be written, the user is asked
-        again next time."""
+    async def allow(self, conversation_id: str, allowed: set[str], owner: str) -> None:
+        """Keep `allowed` for the rest of `owner`'s conversation; where the store cannot be written, the user is
+        asked again next time."""
         try:
-            await self.conversations.allow(conversation_id, allowed)
+            await self.conversations.allow(conversation_id, allowed, owner=owner)
         except self.database.errors as exc:
             log.warning("allowances_not_kept", conversation_id=conversation_id, error=str(exc))
 

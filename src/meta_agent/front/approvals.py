@@ -13,6 +13,8 @@ child's own questions during a call on to that user.
   (kept in the database with the conversations, so every replica sharing it knows); the question then says "this
   conversation". Which transport a request came by is
   told by `over_http`.
+- Every grant is its subject's (meta_agent.front.subjects): a session's per subject, a conversation's with the
+  conversation, which is one subject's; a parked run takes answers from its own subject only.
 - Callers that declare no elicitation get no approver at all: the loop refuses `ask` tools, naming the setting. A
   2026-07-28 caller among them has no parked run either, so its children's questions are declined (elicitation)
   or refused (sampling).
@@ -109,13 +111,14 @@ def over_http(ctx: Context) -> bool:
 
 
 class SessionAllowances:
-    """Tools the user allowed "for this session", per MCP session; forgotten when the session is."""
+    """Tools the user allowed "for this session", per MCP session and subject (a session's id presented with
+    another subject's credentials inherits nothing); forgotten when the session is."""
 
     def __init__(self) -> None:
-        self._by_session: weakref.WeakKeyDictionary[Connection, set[str]] = weakref.WeakKeyDictionary()
+        self._by_session: weakref.WeakKeyDictionary[Connection, dict[str, set[str]]] = weakref.WeakKeyDictionary()
 
-    def of(self, ctx: Context) -> set[str]:
-        return self._by_session.setdefault(session_connection(ctx), set())
+    def of(self, ctx: Context, subject: str) -> set[str]:
+        return self._by_session.setdefault(session_connection(ctx), {}).setdefault(subject, set())
 
 
 def session_connection(ctx: Context) -> Connection:
@@ -238,11 +241,12 @@ class ParkedRuns:
         self.spaces = ParkingSpaces(max_parked)
 
     async def drive(
-        self, ctx: Context, work: Work, allowed: set[str], scope: str
+        self, ctx: Context, work: Work, allowed: set[str], scope: str, owner: str
     ) -> t.CallToolResult | t.InputRequiredResult:
-        """One round of a call: start the run (first call) or resume it with the caller's answer (a retry); then
-        wait for its next question or its result. A new run remembers what the user allows "for this `scope`" in
-        `allowed` (a retry goes on with its run's own)."""
+        """One round of `owner`'s call: start the run (first call) or resume it with the caller's answer (a retry);
+        then wait for its next question or its result. A new run remembers what the user allows "for this `scope`"
+        in `allowed` (a retry goes on with its run's own). A retry of another owner's run is told the question is no
+        longer pending, as one of a run that ended is."""
         after = 0
         if ctx.request_state:
             parked_id, _, seq = ctx.request_state.partition(":")
@@ -251,15 +255,17 @@ class ParkedRuns:
             after = int(seq)
             responses = ctx.input_responses or {}
             found = self._runs.get(parked_id)
+            if found is not None and found.owner != owner:
+                return tool_error(NO_LONGER_PENDING)
             if found is None:
                 if self._shared is None:
                     return tool_error(NO_LONGER_PENDING)
-                return await self._elsewhere(ctx, parked_id, after, responses)
+                return await self._elsewhere(ctx, parked_id, after, responses, owner)
             if (why := await self._answer(found, after, responses)) is not None:
                 return tool_error(why)
             run = found
         else:
-            run = self._start(ctx, work, allowed, scope)
+            run = self._start(ctx, work, allowed, scope, owner)
         progress = Progress(ctx, ticks=run.ticks)
         try:
             outcome = await run.next_round(progress, after)
@@ -267,10 +273,11 @@ class ParkedRuns:
             progress.close()
         return outcome if isinstance(outcome, t.CallToolResult) else outcome.round(run.id)
 
-    def _start(self, ctx: Context, work: Work, allowed: set[str], scope: str) -> ParkedRun:
+    def _start(self, ctx: Context, work: Work, allowed: set[str], scope: str, owner: str) -> ParkedRun:
         """A new run, its approvals asked in rounds, and its children's questions too (`ParkedRun` answers them)."""
         caps = ctx.client_capabilities
-        run = ParkedRun(self.spaces, sampling=caps is not None and caps.sampling is not None, shared=self._shared)
+        sampling = caps is not None and caps.sampling is not None
+        run = ParkedRun(self.spaces, sampling=sampling, shared=self._shared, owner=owner)
         self._runs[run.id] = run
         approver = ParkedApprover(run, allowed, scope)
         self._tg.start_soon(run.execute, partial(work, run.emit, approver, run), lambda: self._runs.pop(run.id, None))
@@ -284,16 +291,16 @@ class ParkedRuns:
             return why
         if self._shared is not None:
             try:
-                if await self._shared.answer(run.id, seq, _dumped(responses)) is not None:
+                if await self._shared.answer(run.id, seq, _dumped(responses), run.owner) is not None:
                     return ANSWERED
             except self._shared.database.errors as exc:
                 log.warning("parked_answer_not_shared", parked=run.id, error=str(exc))
         return None if run.answer(seq, responses) else ANSWERED
 
     async def _elsewhere(
-        self, ctx: Context, parked_id: str, seq: int, responses: Mapping[str, t.InputResponse]
+        self, ctx: Context, parked_id: str, seq: int, responses: Mapping[str, t.InputResponse], owner: str
     ) -> t.CallToolResult | t.InputRequiredResult:
-        """Answer question `seq` of a run parked on another replica, and wait for its next outcome here."""
+        """Answer question `seq` of `owner`'s run parked on another replica, and wait for its next outcome here."""
         assert self._shared is not None
         shared = self._shared
 
@@ -301,7 +308,7 @@ class ParkedRuns:
             await ctx.report_progress(tick, None, message)
 
         try:
-            if (refused := await shared.answer(parked_id, seq, _dumped(responses))) is not None:
+            if (refused := await shared.answer(parked_id, seq, _dumped(responses), owner)) is not None:
                 return tool_error(NO_LONGER_PENDING if refused == "gone" else ANSWERED)
             try:
                 outcome, run_id = await shared.next_outcome(parked_id, seq, report)

@@ -30,9 +30,11 @@ from meta_agent.front.approvals import (
     over_http,
 )
 from meta_agent.front.progress import Progress
+from meta_agent.front.subjects import subject_of
 from meta_agent.front.tasks import CURRENT, TaskBoard
 from meta_agent.front.tool_results import RunAnswer, run_failed, run_result
 from meta_agent.providers.sampling import SamplingProvider
+from meta_agent.store.database import LOCAL_OWNER
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +44,8 @@ class Front:
     """What the lifespan holds: the engine, the parked runs of 2026-07-28 callers, the tasks, and what the user
     allowed "for this session": per MCP session (2025-11-25), and for 2026-07-28 callers off HTTP for the lifespan,
     which there serves one connection (stdio: the process, one user's session); over HTTP, per conversation, in the
-    database (store/conversations.py). `owner`: who owns the tasks of callers off HTTP (the lifespan's connection)."""
+    database (store/conversations.py). `owner`: the subject of the connection of callers off HTTP, which owns their
+    tasks and parked rounds (their conversations and runs are the local user's: meta_agent.front.subjects)."""
 
     engine: Engine
     parked: ParkedRuns
@@ -62,8 +65,10 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
     asked (approvals, and the children's questions, come back as questions), else live, with progress and, where the
     caller can elicit, approvals; a 2025-11-25 caller gets the children's questions live. A call made a task
     (meta_agent.front.tasks) runs as that task's run: its questions wait, as a parked run's do, for the caller to read
-    them from the task."""
+    them from the task. The run, its conversation and what is allowed in it are the caller's subject's."""
     front = front_of(ctx)
+    owner = subject_of(ctx.request_context.request, LOCAL_OWNER)  # of the run and its conversation, which outlive it
+    connection = subject_of(ctx.request_context.request, front.owner)  # of its rounds and its session's grants
     sampling = _sampling(ctx)
     parked = can_elicit(ctx) and is_modern(ctx)
     # "Allow for this session" of a parked run: over HTTP, where this era has no session, it holds for the
@@ -72,11 +77,11 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
     per_conversation = parked and over_http(ctx)
     allowed: set[str] = set()  # nothing is allowed for longer where nobody can be asked
     if per_conversation:
-        allowed = await front.engine.runs.allowed(arguments.get("conversation_id"))
+        allowed = await front.engine.runs.allowed(arguments.get("conversation_id"), owner)
     elif parked:
         allowed = front.pipe_allowances
     elif can_elicit(ctx):
-        allowed = front.allowances.of(ctx)
+        allowed = front.allowances.of(ctx, connection)
 
     async def work(
         emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None, questions: Questions | None
@@ -90,7 +95,14 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
 
         try:
             result = await front.engine.run(
-                task, mode=mode, emit=watched, approver=approver, sampling=sampling, questions=questions, **arguments
+                task,
+                mode=mode,
+                emit=watched,
+                approver=approver,
+                sampling=sampling,
+                questions=questions,
+                owner=owner,
+                **arguments,
             )
         except MetaAgentError as exc:
             return run_failed(str(exc), failed)
@@ -103,7 +115,7 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
             log.error("run_crashed", mode=mode, error=summary(exc))
             return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
         if per_conversation and result.conversation_id and allowed:
-            await front.engine.runs.allow(result.conversation_id, allowed)
+            await front.engine.runs.allow(result.conversation_id, allowed, owner)
         return run_result(result)
 
     scope = "conversation" if per_conversation else "session"
@@ -113,7 +125,7 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
             return await work(as_task.emit, None, None)
         return await work(as_task.emit, ParkedApprover(as_task.run, allowed, scope), as_task.run)
     if parked:
-        return await front.parked.drive(ctx, work, allowed, scope)
+        return await front.parked.drive(ctx, work, allowed, scope, connection)
     progress = Progress(ctx)
     live = None if is_modern(ctx) else ForwardedQuestions(ctx)  # a 2026-07-28 caller here cannot be asked
     try:

@@ -1,5 +1,6 @@
-"""Our MCP server as an ASGI app: streamable HTTP at /mcp behind exact Host/Origin checks and an optional bearer
-token, and /health. `front.http` serves it with uvicorn; an embedder may mount it in an app of its own.
+"""Our MCP server as an ASGI app: streamable HTTP at /mcp behind exact Host/Origin checks and, optionally, a static
+bearer token or OAuth access tokens (front/auth.py, with the protected resource metadata), and /health. `front.http`
+serves it with uvicorn; an embedder may mount it in an app of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent.errors import ConfigError, summary
+from meta_agent.front.auth import (
+    STATIC_TOKEN_SUBJECT,
+    SUBJECT_KEY,
+    JwtVerifier,
+    RequireJwt,
+    ResourceServer,
+    metadata_routes,
+)
 from meta_agent.front.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
 from meta_agent.front.server import MetaAgentServer
 from meta_agent.version import __version__
@@ -28,39 +37,53 @@ log = structlog.get_logger(__name__)
 
 
 def http_app(
-    server: MetaAgentServer, *, host: str, token: str | None = None, allowed_hosts: tuple[str, ...] = ()
+    server: MetaAgentServer,
+    *,
+    host: str,
+    token: str | None = None,
+    allowed_hosts: tuple[str, ...] = (),
+    auth: ResourceServer | None = None,
 ) -> Starlette:
-    """Streamable HTTP at /mcp with DNS-rebinding protection and an optional bearer token, and /health: whether the
-    server is up for any Host (a probe names the server by its own address); the version and the children only for
-    a Host and Origin the guard answers and, with a token set, a caller that gives it. Up means serving, with the
-    shared database in reach where there is one: 503 while the latest transaction found it unreachable (no query of
-    its own: the run index looks at the database every few seconds).
+    """Streamable HTTP at /mcp with DNS-rebinding protection and an optional static bearer token or OAuth access
+    tokens, and /health: whether the server is up for any Host (a probe names the server by its own address); the
+    version and the children only for a Host and Origin the guard answers and, with a token or `auth` set, a caller
+    whose bearer token /mcp would take. Up means serving, with the shared database in reach where there is one: 503
+    while the latest transaction found it unreachable (no query of its own: the run index looks at the database every
+    few seconds).
 
     Args:
         server: the server `build_server` made; the app's lifespan enters the server's, where the children start.
         host: the address served on; it is one of the `Host` values /mcp answers (with the loopback names).
         token: where given, /mcp needs `Authorization: Bearer <token>` (else 401).
         allowed_hosts: more `Host` values to answer: `H` allows any port, `H:PORT` that one.
+        auth: where given, /mcp needs a bearer JWT of its issuer for its audience (else 401, or 403 for a scope
+            missing), and its protected resource metadata is served at /.well-known/oauth-protected-resource.
 
     Returns:
         An ASGI app to serve with uvicorn, or to mount in yours if your lifespan enters its lifespan.
 
     Raises:
-        ConfigError: `host` or an allowed host is not a host[:port].
+        ConfigError: `host` or an allowed host is not a host[:port]; both `token` and `auth` given.
     """
-    allowed: set[Authority] = set()
-    for option, value in [("--host", host), *(("--allowed-host", h) for h in allowed_hosts)]:
-        try:
-            allowed.add(allowed_authority(value))
-        except ValueError as exc:
-            raise ConfigError(f"{option}: {exc}") from None
-    allowed.update(Authority(name) for name in LOOPBACK)
+    if token and auth:
+        raise ConfigError("a static bearer token and OAuth access tokens at once: choose one of the two")
+    allowed = _allowed(host, allowed_hosts)
     # The SDK's own Host/Origin check matches "host:*" by prefix; HostGuard checks exactly instead.
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     mcp_app: ASGIApp = server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
     if token:
         mcp_app = _BearerToken(mcp_app, token)
-    guard = HostGuard(mcp_app, frozenset(allowed))
+    jwt_gate = RequireJwt(mcp_app, JwtVerifier(auth)) if auth else None
+    guard = HostGuard(jwt_gate or mcp_app, allowed)
+
+    async def shows_details(request: Request) -> bool:
+        """Whether /health may say more than up or not: a Host the guard answers, and the bearer token /mcp takes."""
+        given = dict(request.scope["headers"]).get(b"authorization", b"")
+        if not guard.answers(request.scope):
+            return False
+        if jwt_gate is not None:
+            return await jwt_gate.passes(given)
+        return not token or _bearer_matches(given, token)
 
     async def health(request: Request) -> JSONResponse:
         engine = server.engine
@@ -68,8 +91,7 @@ def http_app(
             return JSONResponse({"status": "starting"}, status_code=503)
         if not engine.runs.in_touch():
             return JSONResponse({"status": "database unreachable"}, status_code=503)
-        given = dict(request.scope["headers"]).get(b"authorization", b"")
-        if not guard.answers(request.scope) or (token and not _bearer_matches(given, token)):
+        if not await shows_details(request):
             return JSONResponse({"status": "ok"})  # up or not is all a load balancer needs; the rest is for callers
         children = {child.name: child.status.state for child in engine.pool}
         return JSONResponse({"status": "ok", "version": __version__, "children": children})
@@ -87,7 +109,23 @@ def http_app(
                 raise
             _leave(exc)
 
-    return Starlette(routes=[Route("/health", health), Mount("/", app=guard)], lifespan=lifespan)
+    metadata = metadata_routes(auth) if auth else []
+    return Starlette(routes=[Route("/health", health), *metadata, Mount("/", app=guard)], lifespan=lifespan)
+
+
+def _allowed(host: str, allowed_hosts: tuple[str, ...]) -> frozenset[Authority]:
+    """The Host values /mcp answers: the address served on, the allowed hosts, the loopback names.
+
+    Raises:
+        ConfigError: one that is not a host[:port], named by its option.
+    """
+    allowed: set[Authority] = {Authority(name) for name in LOOPBACK}
+    for option, value in [("--host", host), *(("--allowed-host", h) for h in allowed_hosts)]:
+        try:
+            allowed.add(allowed_authority(value))
+        except ValueError as exc:
+            raise ConfigError(f"{option}: {exc}") from None
+    return frozenset(allowed)
 
 
 def _leave(exc: BaseException) -> None:
@@ -99,7 +137,7 @@ def _leave(exc: BaseException) -> None:
 
 
 class _BearerToken:
-    """Requests without `Authorization: Bearer <token>` get 401."""
+    """Requests without `Authorization: Bearer <token>` get 401; those with it are its holder's (one subject)."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self._app = app
@@ -115,6 +153,8 @@ class _BearerToken:
             )
             await response(scope, receive, send)
             return
+        if given is not None:
+            scope[SUBJECT_KEY] = STATIC_TOKEN_SUBJECT
         await self._app(scope, receive, send)
 
 

@@ -8,6 +8,8 @@ caller declared it), which reach the caller as the child asked them and whose an
 gave them. A parked run nobody resumes is cancelled after `PARK_TIMEOUT`, and its children's calls with it. At
 most META_AGENT_MAX_PARKED runs wait at once (`ParkingSpaces`); a run that would wait past that ends at once, its
 call answered with a one-line error saying so. A waiting run holds no file descriptor (its trace is not kept open).
+A parked run is its caller's (`owner`, the subject of meta_agent.front.subjects): a retry from anyone else, even one
+carrying the round's own request state, is told the question is no longer pending, as a run that ended is.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ import structlog
 from mcp.server.request_state import AESGCMRequestStateCodec
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter, ValidationError
-from ulid import ULID
 
 from meta_agent.core import events as ev
 from meta_agent.front.progress import progress_message
 from meta_agent.front.tool_results import tool_error
+from meta_agent.shared.ids import random_ulid
+from meta_agent.store.database import LOCAL_OWNER
 from meta_agent.store.parking import Outcome, SharedRounds
 
 log = structlog.get_logger(__name__)
@@ -115,10 +118,13 @@ class ParkedRun:
         shared: SharedRounds | None = None,
         parked_id: str | None = None,
         detached: bool = False,
+        owner: str = LOCAL_OWNER,
     ) -> None:
         """`parked_id`: the run's own id where it has one already (an MCP task's); `detached`: the run outlives its
-        rounds (a task's: a caller that stops waiting for it does not stop it)."""
-        self.id = parked_id or str(ULID())
+        rounds (a task's: a caller that stops waiting for it does not stop it); `owner`: whose run it is, the only
+        subject whose answers it takes."""
+        self.id = parked_id or random_ulid()  # nothing of it is told by the ids its caller sees
+        self.owner = owner
         self.scope = anyio.CancelScope()
         self.detached = detached
         self.ticks = itertools.count(1)  # progress keeps counting up across the rounds
@@ -209,7 +215,7 @@ class ParkedRun:
         answered = False
         try:
             if self._shared is not None:
-                await self._tell(self._shared.opened, self.id, self.scope.cancel)
+                await self._tell(self._shared.opened, self.id, self.scope.cancel, self.owner)
             with self.scope:
                 try:
                     result = await work()

@@ -39,14 +39,16 @@ from meta_agent.front.call_guard import argument_error, unknown_argument, unless
 from meta_agent.front.calls import Front, front_of, start_run
 from meta_agent.front.host_logs import HostLogs
 from meta_agent.front.parked import SharedKey
+from meta_agent.front.subjects import request_principal, subject_of
 from meta_agent.front.subscriptions import ToolboxSubscribers
 from meta_agent.front.task_protocol import PENDING, TasksExtension, relay_progress
-from meta_agent.front.tasks import TaskBoard, TaskRefused, TaskView, owner_of
+from meta_agent.front.tasks import TaskBoard, TaskRefused, TaskView
 from meta_agent.front.tool_results import RunAnswer, content_block, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.records.traces import Redactor
 from meta_agent.shared.ids import random_ulid
 from meta_agent.shared.unimported import hidden
+from meta_agent.store.database import LOCAL_OWNER
 from meta_agent.store.parking import SharedRounds
 from meta_agent.store.tasks import TaskRows
 from meta_agent.version import __version__
@@ -94,9 +96,10 @@ class MetaAgentServer(MCPServer[Front]):
                 instructions=INSTRUCTIONS,
                 lifespan=self._lifespan,
                 subscriptions=self.subscribers.bus,
-                request_state_security=None
+                # a round's request state is its subject's: another subject retrying it is refused as if forged
+                request_state_security=RequestStateSecurity(keys=[os.urandom(32)], bind_principal=request_principal)
                 if self._shared_key is None
-                else RequestStateSecurity(codec=self._shared_key),
+                else RequestStateSecurity(codec=self._shared_key, bind_principal=request_principal),
                 extensions=[TasksExtension()],
             )
         # MCPServer offers no public way to add a spec request handler.
@@ -134,6 +137,7 @@ class MetaAgentServer(MCPServer[Front]):
                     resumable=engine.runs.durable is not None,
                 )
                 background.start_soon(tasks.sweep)
+                # off HTTP the subject is the connection, which this lifespan serves (meta_agent.front.subjects)
                 yield Front(engine, parked, tasks, f"local:{random_ulid()}", SessionAllowances())
             finally:
                 self.engine = None
@@ -196,7 +200,7 @@ class MetaAgentServer(MCPServer[Front]):
         relay = None if is_modern(context) else partial(relay_progress, context)
         try:
             return await front.tasks.start(
-                owner_of(context.request_context.request, front.owner),
+                subject_of(context.request_context.request, front.owner),
                 name,
                 call,
                 ttl_ms=ttl_ms,
@@ -210,7 +214,7 @@ class MetaAgentServer(MCPServer[Front]):
 def _board(ctx: ServerRequestContext[Any, Any]) -> tuple[TaskBoard, str]:
     """The tasks, and who owns those of `ctx`'s caller."""
     front = cast(Front, ctx.lifespan_context)
-    return front.tasks, owner_of(ctx.request, front.owner)
+    return front.tasks, subject_of(ctx.request, front.owner)
 
 
 def build_server(
@@ -384,12 +388,13 @@ def _add_runs_resource(server: MetaAgentServer) -> None:
     """The resource template meta-agent://runs/{run_id}: how a run is, from the run index any replica reads."""
 
     @server.resource(RUNS_URI, name="run", mime_type="application/json")
-    async def run_state(run_id: str) -> str:
+    async def run_state(run_id: str, ctx: Context) -> str:
         """A run's status (running, interrupted: its replica stopped mid-run, done) and, when done, its structured
-        result (or why it has none)."""
+        result (or why it has none). Only the caller's own runs: another's is unknown."""
         if server.engine is None:
             raise ResourceError("meta-agent is not running")
-        state = await server.engine.runs.read(run_id)
+        owner = subject_of(ctx.request_context.request, LOCAL_OWNER)
+        state = await server.engine.runs.read(run_id, owner)
         if state is None:
             raise ResourceError(f"unknown run {run_id!r}")
         return json.dumps(state.to_json(), indent=2)

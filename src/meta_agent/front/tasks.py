@@ -5,16 +5,15 @@ each protocol era are meta_agent.front.task_protocol's; this module is the same 
 A task's id is its run's id. Its run is a detached parked run (meta_agent.front.parked): its questions (approvals,
 and its children's questions) wait one at a time, numbered, for an answer, bounded as every parked run is
 (META_AGENT_MAX_PARKED, PARK_TIMEOUT), and holding no file descriptor meanwhile. At most META_AGENT_MAX_TASKS
-tasks run at once per process. Whoever made a task owns it (`owner_of`): anyone else presenting its id is told what
-an unknown id gets. The task rows (meta_agent.store.tasks) with the run index say how a task is on every replica of a
-shared database; on PostgreSQL a task's questions and cancellation reach its replica through the parked rounds, and
-a task whose replica died is finished by another (its run is durable). A task is kept `ttl` from its creation (at most
-META_AGENT_TASK_TTL) and while it runs.
+tasks run at once per process. Whoever made a task owns it (its subject, meta_agent.front.subjects): anyone else
+presenting its id is told what an unknown id gets. The task rows (meta_agent.store.tasks) with the run index say how
+a task is on every replica of a shared database; on PostgreSQL a task's questions and cancellation reach its replica
+through the parked rounds, and a task whose replica died is finished by another (its run is durable). A task is kept
+`ttl` from its creation (at most META_AGENT_TASK_TTL) and while it runs.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -26,7 +25,6 @@ import anyio
 import mcp.types as t
 import structlog
 from pydantic import TypeAdapter, ValidationError
-from starlette.requests import Request
 
 from meta_agent.core import events as ev
 from meta_agent.front.parked import CallerRequest, ParkedRun, ParkingSpaces, Question
@@ -160,7 +158,9 @@ class TaskBoard:
             await self._rows.create(task_id, owner, tool, ttl)
         except self._rows.database.errors as exc:
             raise TaskRefused(f"cannot record the task in {self._rows.database.label}: {exc}") from None
-        run = ParkedRun(self._spaces, sampling=sampling, shared=self._shared, parked_id=task_id, detached=True)
+        run = ParkedRun(
+            self._spaces, sampling=sampling, shared=self._shared, parked_id=task_id, detached=True, owner=owner
+        )
         created = iso(now())
         task = self._live[task_id] = TaskRun(run, tool, created, ttl, relay, message=STARTING, updated=created)
 
@@ -196,7 +196,7 @@ class TaskBoard:
         for key, response in responses.items():
             name, _, seq = key.rpartition("-")
             if name and seq.isascii() and seq.isdigit() and len(seq) <= 9:
-                await self._answer(task_id, int(seq), name, response)
+                await self._answer(owner, task_id, int(seq), name, response)
         return True
 
     async def cancel(self, owner: str, task_id: str) -> tuple[TaskView, bool] | None:
@@ -229,12 +229,11 @@ class TaskBoard:
                 if key not in asked and key not in asking:
                     asked.add(key)
                     asking.add(key)
-                    try:
-                        response = await ask(request)
+                    try:  # held until the answer is in: another reader must not see the question pending meanwhile
+                        if (response := await ask(request)) is not None:
+                            await self.answer(owner, task_id, {key: response})
                     finally:
                         asking.discard(key)
-                    if response is not None:
-                        await self.answer(owner, task_id, {key: response})
             with anyio.move_on_after(POLL_SECONDS):
                 await (task.run.changed() if task is not None else anyio.sleep_forever())
         return view
@@ -264,15 +263,15 @@ class TaskBoard:
             while len(self._results) > KEEP_RESULTS:
                 self._results.popitem(last=False)
 
-    async def _answer(self, task_id: str, seq: int, key: str, response: t.InputResponse) -> None:
-        """Answer question `seq` of the task, here or (shared rounds) on whichever replica runs it; once."""
+    async def _answer(self, owner: str, task_id: str, seq: int, key: str, response: t.InputResponse) -> None:
+        """Answer question `seq` of `owner`'s task, here or (shared rounds) on whichever replica runs it; once."""
         task = self._live.get(task_id)
         if task is not None and (task.run.can_answer(seq) is not None or not _asks(task.run, seq, key)):
             return
         if self._shared is not None:
             try:
                 dumped = {key: response.model_dump(mode="json", by_alias=True)}
-                if await self._shared.answer(task_id, seq, dumped) is not None:
+                if await self._shared.answer(task_id, seq, dumped, owner) is not None:
                     return  # taken already (a replay), or no such question
             except self._shared.database.errors as exc:
                 log.warning("task_answer_not_shared", task_id=task_id, error=str(exc))
@@ -376,13 +375,3 @@ def _requests() -> TypeAdapter[t.InputRequests]:
 def iso(stamp: str) -> str:
     """A row's time (`2026-11-27 22:40:00`, UTC) as ISO 8601 (`2026-11-27T22:40:00Z`)."""
     return stamp.replace(" ", "T") + ("" if stamp.endswith("Z") else "Z")
-
-
-def owner_of(request: object, local: str) -> str:
-    """Who owns the tasks a request makes: over HTTP, the holder of its credentials (its Authorization header,
-    hashed; none: everyone who reaches the server without one); else the connection (`local`: the server's
-    lifespan, which on stdio and in memory serves one)."""
-    if not isinstance(request, Request):
-        return local
-    credentials = request.headers.get("authorization", "")
-    return "http:" + hashlib.sha256(credentials.encode()).hexdigest()[:32]

@@ -10,6 +10,11 @@ conditional update, renewed while the turn runs and checked when it saves, so a 
 it within `LEASE_SECONDS`. The same conditional updates work on PostgreSQL, where replicas share conversations
 (README, Replicas on PostgreSQL).
 
+A conversation is its owner's (the subject of the caller that started it, meta_agent.front.subjects): another owner
+presenting its id is told what an unknown id gets, before waiting for anything, and so are the tools allowed for
+the rest of it. New conversations get ids that are random through and through (meta_agent.shared.ids.random_id):
+nothing of their run's id, or of the time, gives them away.
+
 What is stored of a transcript, and how it is trimmed and read back, is in meta_agent.records.transcripts.
 """
 
@@ -30,7 +35,8 @@ from ulid import ULID
 from meta_agent.core.messages import Message, jsonable
 from meta_agent.errors import ConfigError, ConversationLost
 from meta_agent.records.transcripts import answered, decode, trim
-from meta_agent.store.database import Database, Sql, now
+from meta_agent.shared.ids import random_id
+from meta_agent.store.database import LOCAL_OWNER, Database, Sql, now
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -74,12 +80,13 @@ async def _awaited_with_notices(work: Awaitable[T], waiting: Waiting | None, eve
 
 @dataclass(frozen=True, kw_only=True)
 class Turn:
-    """One turn's hold on its conversation: the id, the transcript so far, and the token of the hold (None for a new
-    conversation, which nobody else can know of yet)."""
+    """One turn's hold on its conversation: the id, the transcript so far, the token of the hold (None for a new
+    conversation, which nobody else can know of yet), and whose the conversation is."""
 
     conversation_id: str
     history: tuple[Message, ...]
     holder: str | None
+    owner: str = LOCAL_OWNER
 
 
 def default_path() -> Path:
@@ -101,51 +108,61 @@ class Conversations:
         self.lease_seconds = min(lease_seconds, LONGEST_HOLD)
         self._local: dict[str, tuple[anyio.Lock, int]] = {}  # conversation id → (its lock, turns holding or waiting)
 
-    async def load(self, conversation_id: str) -> tuple[Message, ...]:
-        """The stored transcript, without holding the conversation.
+    async def load(self, conversation_id: str, *, owner: str = LOCAL_OWNER) -> tuple[Message, ...]:
+        """The stored transcript of `owner`'s conversation, without holding it.
 
         Raises:
-            ConfigError: no conversation has that id, or its record cannot be read.
+            ConfigError: `owner` has no conversation with that id, or its record cannot be read.
         """
-        row = await self._store(_select, conversation_id)
+        row = await self._store(_select, conversation_id, owner)
         if row is None:
-            raise ConfigError(f"conversation_id: unknown conversation {conversation_id!r}")
+            raise unknown(conversation_id)
         return decode(conversation_id, row)
 
-    async def allowed(self, conversation_id: str) -> set[str]:
-        """The tools the user allowed for the rest of the conversation (what "allow for this session" means to a
-        2026-07-28 caller over HTTP, which has no session), as any replica allowed them.
+    async def allowed(self, conversation_id: str, *, owner: str = LOCAL_OWNER) -> set[str]:
+        """The tools `owner` allowed for the rest of the conversation (what "allow for this session" means to a
+        2026-07-28 caller over HTTP, which has no session), as any replica allowed them; none of another owner's.
 
         Raises:
             ConfigError: the database cannot be opened or read.
         """
-        return {str(row[0]) for row in await self._store(_allowed, conversation_id)}
+        return {str(row[0]) for row in await self._store(_allowed, conversation_id, owner)}
 
-    async def allow(self, conversation_id: str, tools: Iterable[str]) -> None:
-        """Remember `tools` as allowed for the rest of the conversation.
+    async def allow(self, conversation_id: str, tools: Iterable[str], *, owner: str = LOCAL_OWNER) -> None:
+        """Remember `tools` as allowed by `owner` for the rest of the conversation.
 
         Raises:
             Database.errors: the store cannot be written.
         """
-        await anyio.to_thread.run_sync(self.database.run, _allow, conversation_id, sorted(tools))
+        await anyio.to_thread.run_sync(self.database.run, _allow, conversation_id, sorted(tools), owner)
 
     @asynccontextmanager
     async def turn(
-        self, conversation_id: str | None, *, new_id: str | None = None, waiting: Waiting | None = None
+        self,
+        conversation_id: str | None,
+        *,
+        new_id: str | None = None,
+        waiting: Waiting | None = None,
+        owner: str = LOCAL_OWNER,
     ) -> AsyncIterator[Turn]:
-        """Hold a conversation for one turn (a new one when `conversation_id` is None, with id `new_id` if given):
-        wait while another turn of it runs, in this process or another, then yield its transcript. Leaving lets the
-        next turn go. While it waits, `waiting` hears every `WAIT_NOTICE` seconds how long it has waited (a caller's
-        progress).
+        """Hold `owner`'s conversation for one turn (a new one when `conversation_id` is None, with id `new_id` if
+        given): wait while another turn of it runs, in this process or another, then yield its transcript. Leaving
+        lets the next turn go. While it waits, `waiting` hears every `WAIT_NOTICE` seconds how long it has waited (a
+        caller's progress). Another owner's conversation is refused at once, as an unknown one is: it is not waited
+        for.
 
         Raises:
-            ConfigError: no conversation has that id, its record cannot be read, or the store cannot be opened.
+            ConfigError: `owner` has no conversation with that id, its record cannot be read, or the store cannot be
+                opened.
         """
         if conversation_id is None:
-            yield Turn(conversation_id=new_id or str(ULID()), history=(), holder=None)
+            yield Turn(conversation_id=new_id or random_id(), history=(), holder=None, owner=owner)
             return
+        if not await self._store(_owns, conversation_id, owner):
+            raise unknown(conversation_id)
         async with self._local_turn(conversation_id, waiting):
-            turn = await _awaited_with_notices(self._claim(conversation_id), waiting, self.wait_notice)
+            claim = self._claim(conversation_id, owner)
+            turn = await _awaited_with_notices(claim, waiting, self.wait_notice)
             failure: Exception | None = None
             try:
                 async with anyio.create_task_group() as renewals:
@@ -174,7 +191,7 @@ class Conversations:
         # ASCII escapes: a lone surrogate (a model's "\ud800") is no UTF-8, and the database would refuse the text.
         body = json.dumps(kept, default=jsonable)
         if turn.holder is None:
-            await anyio.to_thread.run_sync(self.database.run, _insert, turn.conversation_id, body)
+            await anyio.to_thread.run_sync(self.database.run, _insert, turn.conversation_id, body, turn.owner)
         elif not await anyio.to_thread.run_sync(self.database.run, _update, turn, body):
             raise ConversationLost(
                 f"conversation {turn.conversation_id!r}: another process took it over while this turn ran "
@@ -205,19 +222,19 @@ class Conversations:
             else:
                 self._local[conversation_id] = (lock, users - 1)
 
-    async def _claim(self, conversation_id: str) -> Turn:
-        """Take the conversation's lease, waiting while another process holds it, and read its transcript."""
+    async def _claim(self, conversation_id: str, owner: str) -> Turn:
+        """Take the lease of `owner`'s conversation, waiting while another process holds it, and read its transcript."""
         holder = str(ULID())
         waited = False
         while True:
-            row = await self._store(_take, conversation_id, holder, self.lease_seconds)
+            row = await self._store(_take, conversation_id, holder, self.lease_seconds, owner)
             if row is None:
-                raise ConfigError(f"conversation_id: unknown conversation {conversation_id!r}")
+                raise unknown(conversation_id)
             taken, messages = row
             if taken:
                 try:
                     history = decode(conversation_id, messages)
-                    return Turn(conversation_id=conversation_id, history=history, holder=holder)
+                    return Turn(conversation_id=conversation_id, history=history, holder=holder, owner=owner)
                 except ConfigError:  # nobody can continue it, but it is not held either
                     with anyio.CancelScope(shield=True):
                         await self._release(conversation_id, holder)
@@ -259,34 +276,46 @@ class Conversations:
             raise ConfigError(f"{self.database.label}: cannot read the conversations store: {exc}") from None
 
 
-def _select(sql: Sql, conversation_id: str) -> str | None:
-    row = sql.one("select messages from conversations where id = ?", (conversation_id,))
+def unknown(conversation_id: str) -> ConfigError:
+    """What a conversation id gets that names no conversation of the caller's: none at all, or another's."""
+    return ConfigError(f"conversation_id: unknown conversation {conversation_id!r}")
+
+
+def _owns(sql: Sql, conversation_id: str, owner: str) -> bool:
+    return sql.one("select 1 from conversations where id = ? and owner = ?", (conversation_id, owner)) is not None
+
+
+def _select(sql: Sql, conversation_id: str, owner: str) -> str | None:
+    row = sql.one("select messages from conversations where id = ? and owner = ?", (conversation_id, owner))
     return None if row is None else str(row[0])
 
 
-def _allowed(sql: Sql, conversation_id: str) -> list[tuple[Any, ...]]:
-    return sql.all("select tool from conversation_allowances where conversation_id = ?", (conversation_id,))
+def _allowed(sql: Sql, conversation_id: str, owner: str) -> list[tuple[Any, ...]]:
+    return sql.all(
+        "select tool from conversation_allowances where conversation_id = ? and owner = ?", (conversation_id, owner)
+    )
 
 
-def _allow(sql: Sql, conversation_id: str, tools: Sequence[str]) -> None:
+def _allow(sql: Sql, conversation_id: str, tools: Sequence[str], owner: str) -> None:
     for tool in tools:
         sql.execute(
-            "insert into conversation_allowances (conversation_id, tool) values (?, ?) on conflict do nothing",
-            (conversation_id, tool),
+            "insert into conversation_allowances (conversation_id, tool, owner) values (?, ?, ?)"
+            " on conflict do nothing",
+            (conversation_id, tool, owner),
         )
 
 
-def _take(sql: Sql, conversation_id: str, holder: str, lease: float) -> tuple[bool, str] | None:
-    """(whether `holder` took the lease, the transcript); None: no such conversation. A hold that ends after
-    `LONGEST_HOLD` from now was not written by a turn (a clock that jumped, a hand edit): it would block the
+def _take(sql: Sql, conversation_id: str, holder: str, lease: float, owner: str) -> tuple[bool, str] | None:
+    """(whether `holder` took the lease, the transcript); None: `owner` has no such conversation. A hold that ends
+    after `LONGEST_HOLD` from now was not written by a turn (a clock that jumped, a hand edit): it would block the
     conversation for that long, so it is taken too."""
     now = time.time()
     taken = sql.execute(
-        "update conversations set holder = ?, held_until = ? "
-        "where id = ? and (holder is null or held_until is null or held_until < ? or held_until > ?)",
-        (holder, now + lease, conversation_id, now, now + LONGEST_HOLD),
+        "update conversations set holder = ?, held_until = ? where id = ? and owner = ?"
+        " and (holder is null or held_until is null or held_until < ? or held_until > ?)",
+        (holder, now + lease, conversation_id, owner, now, now + LONGEST_HOLD),
     )
-    messages = _select(sql, conversation_id)
+    messages = _select(sql, conversation_id, owner)
     return None if messages is None else (taken == 1, messages)
 
 
@@ -307,12 +336,13 @@ def _let_go(sql: Sql, conversation_id: str, holder: str) -> None:
     )
 
 
-def _insert(sql: Sql, conversation_id: str, body: str) -> None:
-    # a resumed durable run may save its new conversation again: the same transcript
+def _insert(sql: Sql, conversation_id: str, body: str, owner: str) -> None:
+    # a resumed durable run may save its new conversation again: the same transcript (never over another's)
     sql.execute(
-        "insert into conversations (id, messages, updated) values (?, ?, ?) "
-        "on conflict (id) do update set messages = excluded.messages, updated = excluded.updated",
-        (conversation_id, body, now()),
+        "insert into conversations (id, messages, updated, owner) values (?, ?, ?, ?) "
+        "on conflict (id) do update set messages = excluded.messages, updated = excluded.updated"
+        " where conversations.owner = excluded.owner",
+        (conversation_id, body, now(), owner),
     )
 
 

@@ -30,6 +30,9 @@ MIGRATION_LOCK = 0x6D657461
 # The database's time, in seconds since the epoch (SQLite 3.40 has no sub-second unixepoch: from the Julian day).
 POSTGRES_CLOCK = "extract(epoch from clock_timestamp())::double precision"
 SQLITE_CLOCK = "((julianday('now') - 2440587.5) * 86400.0)"
+# The owner of what callers off HTTP make (stdio, in memory, `meta-agent run`, a program embedding the engine): the
+# local user, who holds the database anyway; and of every row made before rows had owners.
+LOCAL_OWNER = "local"
 
 
 class Contact:
@@ -137,7 +140,16 @@ def _tasks(sql: Sql) -> None:
     sql.execute("create index tasks_by_owner on tasks (owner, id)")
 
 
-MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared, _resumptions, _tasks)
+def _owners(sql: Sql) -> None:
+    """6: whose each conversation, run, tool allowed for the rest of a conversation and parked round is: the subject
+    of the caller that made it (meta_agent.front.subjects), an opaque string; the rows made before are the local
+    user's."""
+    for table in ("conversations", "runs", "conversation_allowances", "parked_rounds"):
+        sql.execute(f"alter table {table} add column owner text not null default '{LOCAL_OWNER}'")
+    sql.execute("create index runs_by_owner on runs (owner, started)")
+
+
+MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared, _resumptions, _tasks, _owners)
 
 
 class Database:

@@ -9,6 +9,9 @@ sends it as notifications (`pg_notify`, channel `meta_agent_parked`), as it does
 replica wakes whoever waits. A waiter also looks again every `LOOK_AGAIN` seconds, in case a notification was lost
 with a connection.
 
+A row holds whose run it is (`owner`, the subject of the caller that started it): an answer is taken only from that
+owner, whoever else holds the round's request state; anyone else is told what a run no longer parked gets.
+
 The run's replica renews its rows' `alive_until`; a row whose mark lapsed is a run whose replica stopped: whoever
 waits for it stops waiting. Rows are deleted once their result is collected, or long after they lapsed.
 
@@ -94,10 +97,11 @@ class SharedRounds:
 
     # -- the run's replica ------------------------------------------------------------------------------------------
 
-    async def opened(self, parked_id: str, on_cancel: Callable[[], None]) -> None:
-        """A run parked here; `on_cancel` is called when the caller of a round on another replica goes away."""
+    async def opened(self, parked_id: str, on_cancel: Callable[[], None], owner: str) -> None:
+        """`owner`'s run parked here; `on_cancel` is called when the caller of a round on another replica goes
+        away."""
         self._on_cancel[parked_id] = on_cancel
-        await self._run(_open, parked_id, self.replica, time.time() + self.alive_seconds)
+        await self._run(_open, parked_id, self.replica, time.time() + self.alive_seconds, owner)
 
     async def running(self, parked_id: str, run_id: str) -> None:
         """The parked run's run id (a caller whose round outlived the run's replica is told where to read it)."""
@@ -128,10 +132,11 @@ class SharedRounds:
 
     # -- any replica ------------------------------------------------------------------------------------------------
 
-    async def answer(self, parked_id: str, asked: int, responses: dict[str, Any]) -> str | None:
-        """Give the answer to question `asked`: None if it is taken, else "gone" (no such parked run) or
-        "answered" (that question is not the one pending, or was answered already)."""
-        refused: str | None = await self._run(_give_answer, parked_id, asked, json.dumps(responses), self.replica)
+    async def answer(self, parked_id: str, asked: int, responses: dict[str, Any], owner: str) -> str | None:
+        """Give `owner`'s answer to question `asked`: None if it is taken, else "gone" (`owner` has no such parked
+        run) or "answered" (that question is not the one pending, or was answered already)."""
+        answer = json.dumps(responses)
+        refused: str | None = await self._run(_give_answer, parked_id, asked, answer, self.replica, owner)
         return refused
 
     async def next_outcome(
@@ -252,10 +257,10 @@ def _secret(sql: Sql, made: str) -> str:
     return str(row[0])
 
 
-def _open(sql: Sql, parked_id: str, replica: str, alive_until: float) -> None:
+def _open(sql: Sql, parked_id: str, replica: str, alive_until: float, owner: str) -> None:
     sql.execute(
-        "insert into parked_rounds (id, replica, asked, alive_until) values (?, ?, 0, ?)",
-        (parked_id, replica, alive_until),
+        "insert into parked_rounds (id, replica, asked, alive_until, owner) values (?, ?, 0, ?, ?)",
+        (parked_id, replica, alive_until, owner),
     )
 
 
@@ -278,16 +283,16 @@ def _answer(sql: Sql, parked_id: str, asked: int) -> tuple[str | None, str | Non
     return (row[1], row[2]) if row[0] == asked else (None, None)
 
 
-def _give_answer(sql: Sql, parked_id: str, asked: int, answer: str, replica: str) -> str | None:
+def _give_answer(sql: Sql, parked_id: str, asked: int, answer: str, replica: str, owner: str) -> str | None:
     taken = sql.execute(
-        "update parked_rounds set answered_by = ?, answer = ? where id = ? and asked = ? and final = 0"
+        "update parked_rounds set answered_by = ?, answer = ? where id = ? and owner = ? and asked = ? and final = 0"
         " and answered_by is null",
-        (replica, answer, parked_id, asked),
+        (replica, answer, parked_id, owner, asked),
     )
     if taken:
         _changed(sql, parked_id)
         return None
-    row = sql.one("select 1 from parked_rounds where id = ?", (parked_id,))
+    row = sql.one("select 1 from parked_rounds where id = ? and owner = ?", (parked_id, owner))
     return "gone" if row is None else "answered"
 
 

@@ -9,6 +9,9 @@ nor keeps one alive.
 Through a database outage nobody can renew: marks lapse that nobody gave up. So an owner retries a failed renewal
 promptly (RETRY_SECONDS), and a replica that lost touch with the database takes no lapsed run until it has been in
 touch again for a whole mark's span, time for every owner to have renewed; what lapsed by then was given up.
+
+A run is also its caller's: each row holds the subject that started it (`owner`, meta_agent.front.subjects), kept
+when another replica resumes the run, and a run is read, or listed, for its owner only.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import structlog
 
 from meta_agent.errors import MetaAgentError, leaf, summary
 from meta_agent.shared.text import one_line
-from meta_agent.store.database import Database, Sql, now
+from meta_agent.store.database import LOCAL_OWNER, Database, Sql, now
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +63,7 @@ class RunState:
     updated: str
     result: dict[str, Any] | None  # the structured result, when done
     error: str | None  # why a run that is done has no result: it failed or was cancelled
+    owner: str = LOCAL_OWNER  # the subject whose run it is
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,11 +90,11 @@ class RunIndex:
         self._left.add(run_id)
 
     @asynccontextmanager
-    async def running(self, run_id: str, mode: str, task: str = "") -> AsyncIterator[None]:
-        """The run is `running` while this is entered, its row renewed meanwhile; one that leaves by an exception
-        (a failure, a cancelled call) is `done` with that error. The index failing does not fail the run: it is
-        logged, and the run goes on."""
-        await self._write(_start, run_id, mode, task, self.replica, self.alive_seconds)
+    async def running(self, run_id: str, mode: str, task: str = "", *, owner: str = LOCAL_OWNER) -> AsyncIterator[None]:
+        """`owner`'s run is `running` while this is entered, its row renewed meanwhile; one that leaves by an
+        exception (a failure, a cancelled call) is `done` with that error. The index failing does not fail the run:
+        it is logged, and the run goes on. A run resumed here keeps the owner its row has."""
+        await self._write(_start, run_id, mode, task, self.replica, self.alive_seconds, owner)
         failure: Exception | None = None
         async with anyio.create_task_group() as renewals:
             renewals.start_soon(self._renew, run_id)
@@ -151,18 +155,18 @@ class RunIndex:
             return []
         return await anyio.to_thread.run_sync(self.database.run, _take_lapsed, self.alive_seconds)
 
-    async def read(self, run_id: str) -> RunState | None:
-        """The run's state; None: no run has that id here."""
-        row = await anyio.to_thread.run_sync(self.database.run, _read, run_id)
+    async def read(self, run_id: str, *, owner: str | None = LOCAL_OWNER) -> RunState | None:
+        """The run's state; None: `owner` has no run with that id here (None: whoever's it is)."""
+        row = await anyio.to_thread.run_sync(self.database.run, _read, run_id, owner)
         return None if row is None else state(run_id, row)
 
-    async def recent(self, limit: int = 20) -> list[RunState]:
-        """The newest `limit` runs, newest first, whichever replica ran them.
+    async def recent(self, limit: int = 20, *, owner: str | None = LOCAL_OWNER) -> list[RunState]:
+        """`owner`'s newest `limit` runs (None: anyone's), newest first, whichever replica ran them.
 
         Raises:
             self.database.errors: the database cannot be reached.
         """
-        rows = await anyio.to_thread.run_sync(self.database.run, _recent, limit)
+        rows = await anyio.to_thread.run_sync(self.database.run, _recent, limit, owner)
         return [state(str(row[0]), row[1:]) for row in rows]
 
     async def _renew(self, run_id: str) -> None:
@@ -196,14 +200,14 @@ def _why(exc: BaseException) -> str:
     return one_line(str(exc)) if isinstance(exc, MetaAgentError) else summary(exc)
 
 
-def _start(sql: Sql, run_id: str, mode: str, task: str, replica: str, alive_seconds: float) -> None:
-    """A new run, or a run resumed on `replica` (its row is taken over)."""
+def _start(sql: Sql, run_id: str, mode: str, task: str, replica: str, alive_seconds: float, owner: str) -> None:
+    """A new run, or a run resumed on `replica` (its row is taken over; its owner stays)."""
     at = now()
     sql.execute(
-        "insert into runs (id, status, mode, task, replica, started, updated, alive_until)"
-        f" values (?, ?, ?, ?, ?, ?, ?, {sql.clock} + ?) on conflict (id) do update set status = 'running',"
+        "insert into runs (id, status, mode, task, replica, started, updated, alive_until, owner)"
+        f" values (?, ?, ?, ?, ?, ?, ?, {sql.clock} + ?, ?) on conflict (id) do update set status = 'running',"
         " replica = excluded.replica, updated = excluded.updated, alive_until = excluded.alive_until",
-        (run_id, "running", mode, task, replica, at, at, alive_seconds),
+        (run_id, "running", mode, task, replica, at, at, alive_seconds, owner),
     )
 
 
@@ -266,19 +270,22 @@ def columns(sql: Sql, table: str = "") -> str:
     database's time."""
     t = f"{table}." if table else ""
     lapsed = f"case when {t}alive_until is null or {t}alive_until < {sql.clock} then 1 else 0 end"
-    return f"{t}status, {t}mode, {t}task, {t}replica, {t}started, {t}updated, {lapsed}, {t}result, {t}error"
+    return f"{t}status, {t}mode, {t}task, {t}replica, {t}started, {t}updated, {lapsed}, {t}result, {t}error, {t}owner"
 
 
-def _read(sql: Sql, run_id: str) -> tuple[Any, ...] | None:
-    return sql.one(f"select {columns(sql)} from runs where id = ?", (run_id,))
+def _read(sql: Sql, run_id: str, owner: str | None) -> tuple[Any, ...] | None:
+    if owner is None:
+        return sql.one(f"select {columns(sql)} from runs where id = ?", (run_id,))
+    return sql.one(f"select {columns(sql)} from runs where id = ? and owner = ?", (run_id, owner))
 
 
-def _recent(sql: Sql, limit: int) -> list[tuple[Any, ...]]:
-    return sql.all(f"select id, {columns(sql)} from runs order by started desc, id desc limit ?", (limit,))
+def _recent(sql: Sql, limit: int, owner: str | None) -> list[tuple[Any, ...]]:
+    mine, args = ("", (limit,)) if owner is None else (" where owner = ?", (owner, limit))
+    return sql.all(f"select id, {columns(sql)} from runs{mine} order by started desc, id desc limit ?", args)
 
 
 def state(run_id: str, row: tuple[Any, ...]) -> RunState:
-    status, mode, task, replica, started, updated, lapsed, result, error = row
+    status, mode, task, replica, started, updated, lapsed, result, error, owner = row
     if status == "running" and lapsed:
         status = "interrupted"
     return RunState(
@@ -291,4 +298,5 @@ def state(run_id: str, row: tuple[Any, ...]) -> RunState:
         updated=updated,
         result=None if result is None else json.loads(result),
         error=error,
+        owner=str(owner),
     )
