@@ -219,14 +219,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fault suite's counts (tests/faults/test_faults*.py), as one line and, where $META_AGENT_FAULT_SUMMARY names a
+    """The fault suite's counts (tests/faults/test_faults*.py), as one line and, where $FAULT_SUMMARY_FILE names a
     file, as JSON there."""
     from fault_tally import TALLY
 
     if not TALLY.groups:
         return
     terminalreporter.write_line(TALLY.line())
-    if path := os.environ.get("META_AGENT_FAULT_SUMMARY"):
+    if path := os.environ.get("FAULT_SUMMARY_FILE"):
         TALLY.write(Path(path))
 
 

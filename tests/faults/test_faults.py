@@ -6,7 +6,7 @@ same ones) and checks every one: the call ends with a result (the structured res
 clean one-line tool error; no wait runs out; a child that should be restarted is (a new pid answers) and one that
 should stay down says why; nothing is handled by the catch-alls meant for our own bugs; and once the group is over,
 no process or file descriptor is left that was not there before. The counts go to `fault_tally.TALLY`, which
-tests/conftest.py prints at the end of the run (and writes to $META_AGENT_FAULT_SUMMARY); the last test checks them,
+tests/conftest.py prints at the end of the run (and writes to $FAULT_SUMMARY_FILE); the last test checks them,
 with the counts of the suite's other modules (tests/faults/test_faults_*.py). The harness is
 tests/fixtures/fault_harness.py.
 

@@ -150,13 +150,17 @@ class KeySet:
         """The JWK named `kid` (None: the only key, where the set holds one), or None: the set holds no such key,
         even after a fetch, or may not fetch again yet."""
         found = self._keys.get(kid)
-        if found is not None and not self._stale():
+        if found is not None and (not self._stale() or self._lock.locked()):  # a refetch under way: keep using it
             return found
         async with self._lock:  # one fetch at a time; the others then find its keys
             if self._may_fetch():
                 self._tried_at = self._clock()
                 try:
-                    self._keep(await self._fetch())
+                    with anyio.fail_after(FETCH_TIME_LIMIT):  # discovery and the key set together
+                        self._keep(await self._fetch())
+                except TimeoutError:
+                    error = f"no keys within {FETCH_TIME_LIMIT:g} s"
+                    log.warning("jwks_unavailable", issuer=self._issuer, error=error, kept=len(self._keys))
                 except KeySetUnavailable as exc:
                     log.warning("jwks_unavailable", issuer=self._issuer, error=str(exc), kept=len(self._keys))
         return self._keys.get(kid)
