@@ -169,3 +169,18 @@ def test_configure_logging_hands_our_lines_to_the_taps() -> None:
     with restored_logging():
         configure_logging("warning", stream=io.StringIO())  # the taps get every level, whatever stderr's
         assert forward_to_taps in structlog.get_config()["processors"]
+
+
+async def test_a_line_outside_any_request_about_one_caller_goes_to_no_session(llm: FakeLLM) -> None:
+    """A line logged outside any request is the server's (a child's stderr, a restart) and goes to every session that
+    asked; one that names a run, task or conversation (another replica's run resumed here, a task's background work)
+    or a caller's refused token is that caller's alone, and goes to none: every session would hear it."""
+    heard = Heard()
+    async with serving(llm, heard, mode="legacy") as client:
+        await set_level(client, "info")
+        structlog.get_logger("meta_agent.durable.runs").info("run_resumed", run_id="01M8FJX02CV2A6AC6N5PFF1J3F")
+        structlog.get_logger("meta_agent.front.tasks").info("task_question_declined", task_id="01M8FJX0")
+        structlog.get_logger("meta_agent.front.auth").info("token_refused", reason="expired")
+        structlog.get_logger("meta_agent.children.supervisor").info("child_restarting", server="f")
+        await heard.wait_for("child_restarting")
+    assert heard.events() == ["child_restarting"]

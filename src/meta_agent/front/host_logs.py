@@ -4,8 +4,9 @@ A 2025-11-25 session asks with `logging/setLevel` (a level for the whole session
 `io.modelcontextprotocol/logLevel` key of its `_meta` (for that request only: that era has no `logging/setLevel`).
 A line logged while a caller's request runs (a run's lines, which carry its `run_id`) goes to that caller only, at or
 above its level; a line logged outside any request (a child that restarts, a child's stderr) goes to every session
-that asked. A line is the structlog event dict without structlog's internals (`logger` is the notification's logger,
-`level` its level), every string redacted as traces are (meta_agent.records.traces.Redactor).
+that asked, unless it is about one caller (it names a run, task or conversation, or a refused token): then to none. A
+line is the structlog event dict without structlog's internals (`logger` is the notification's logger, `level` its
+level), every string redacted as traces are (meta_agent.records.traces.Redactor).
 
 Logging never waits for a host: each caller has an outbox of at most OUTBOX_LINES lines, emptied by one task in the
 order they were logged; when it is full the oldest line is dropped, and the next line sent says how many were
@@ -117,6 +118,10 @@ class Outbox:
 
 
 _NOBODY: Final = object()  # the request being served is a caller's that asked for no lines
+# A line logged outside any request that names one of these is about one caller's state (a run another replica
+# resumed, a task's background work): it goes to no host, since every session would hear it.
+_PRIVATE_KEYS = ("run_id", "task_id", "conversation_id")
+_CALLERS_LOGGERS = ("meta_agent.front.auth",)  # a caller's refused token is not every session's business
 _caller: ContextVar[Outbox | object | None] = ContextVar("host_log_caller", default=None)
 
 
@@ -144,6 +149,8 @@ class HostLogs:
             return
         if isinstance(caller, Outbox):
             targets = [caller]
+        elif _callers_own(event):
+            return
         else:
             with self._lock:
                 targets = list(self._sessions.values())
@@ -209,3 +216,9 @@ class HostLogs:
             await ctx.session.send_log_message(level, data, logger, related_request_id=request_id)
 
         return Outbox(level, send)
+
+
+def _callers_own(event: Mapping[str, Any]) -> bool:
+    """Whether a line logged outside any request is about one caller (see _PRIVATE_KEYS), not the server."""
+    logger = event.get("logger")
+    return any(key in event for key in _PRIVATE_KEYS) or (isinstance(logger, str) and logger in _CALLERS_LOGGERS)
