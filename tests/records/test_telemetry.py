@@ -1,58 +1,118 @@
-"""OpenTelemetry spans of a real run, caught by the SDK's in-memory exporter."""
+"""OpenTelemetry spans of a real run by the GenAI conventions, caught by the SDK's in-memory exporter: names, kinds and
+attributes of the agent, model (a fallback chain's each call) and tool spans; contents only on opting in, redacted and
+bounded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import fault_entry, openai_env
-from fake_llm import FakeLLM, openai_reply
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind, StatusCode
+from span_capture import install
 
 from meta_agent.config.settings import Settings
+from meta_agent.core import events as ev
+from meta_agent.core.messages import ModelRequest, ModelResponse, TextPart, UserMessage
 from meta_agent.engine import Engine
+from meta_agent.records.telemetry import MAX_ATTRIBUTE_CHARS, Spans, capture_content, parent_context
+from meta_agent.records.traces import Redactor
 
 pytestmark = pytest.mark.anyio
-EXPORTER = InMemorySpanExporter()
+EXPORTER = install()
+CHAIN = "anthropic:claude-sonnet-5-5,openai:fake-model"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def provider() -> Iterator[None]:
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-    trace.set_tracer_provider(tracer_provider)  # the process's one provider; only this module configures one
-    yield
-    tracer_provider.shutdown()
-
-
-async def test_a_run_a_model_call_and_a_tool_call_are_spans(tmp_path: Path, llm: FakeLLM) -> None:
-    EXPORTER.clear()
-    llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "hi"}), ("c2", "f__echo", {"text": 5})))
-    llm.reply(openai_reply("done", usage=(40, 4)))
-    settings = Settings(model="openai:fake-model", trace_dir=tmp_path)
-    async with Engine(settings, {"f": fault_entry()}, openai_env(llm)) as engine:
-        result = await engine.run("t", mode="agent")
-    spans = EXPORTER.get_finished_spans()
-    by_name: dict[str, list] = {}
+def by_name(spans: Any) -> dict[str, list[ReadableSpan]]:
+    named: dict[str, list[ReadableSpan]] = {}
     for span in spans:
-        by_name.setdefault(span.name, []).append(span)
-    [run] = by_name["meta_agent.run"]
-    assert run.attributes["meta_agent.run_id"] == result.run_id
-    assert run.attributes["meta_agent.stop_reason"] == "final"
-    assert len(by_name["meta_agent.model"]) == 2
-    assert by_name["meta_agent.model"][1].attributes["gen_ai.usage.input_tokens"] == 40
-    tools = by_name["meta_agent.tool"]
-    assert sorted(t.attributes["meta_agent.ok"] for t in tools) == [False, True]  # the bad argument failed
-    ours = [span for span in spans if span.name.startswith("meta_agent.")]
-    assert all(span.context.trace_id == run.context.trace_id for span in ours)
-    assert all(
-        span.parent is not None and span.parent.span_id == run.context.span_id for span in ours if span is not run
+        named.setdefault(span.name, []).append(span)
+    return named
+
+
+def check(span: ReadableSpan, expected: dict[str, Any]) -> None:
+    """The span's attributes that `expected` names are as it says."""
+    attributes = dict(span.attributes or {})
+    assert {key: attributes.get(key) for key in expected} == expected
+
+
+async def test_an_agent_run_with_a_child_call_and_a_fallback(tmp_path: Path, llm: FakeLLM) -> None:
+    EXPORTER.clear()
+    llm.reply(anthropic_reply({"type": "tool_use", "id": "toolu_1", "name": "f__echo", "input": {"text": "a"}}))
+    for _ in range(3):  # the SDK's three tries: the model is unavailable
+        llm.reply(error_body("overloaded", "overloaded_error"), 503, retry_after_ms="1")
+    llm.reply(openai_reply("echoed a", usage=(40, 4)))
+    settings = Settings(model=CHAIN, trace_dir=tmp_path)
+    environ = {**openai_env(llm), "ANTHROPIC_BASE_URL": llm.url, "ANTHROPIC_API_KEY": "sk-ant"}
+    async with Engine(settings, {"f": fault_entry()}, environ) as engine:
+        result = await engine.run("echo a", mode="agent")
+    assert result.answer == "echoed a"
+    spans = by_name(EXPORTER.get_finished_spans())
+    [run] = spans["invoke_agent meta-agent"]
+    assert run.kind == SpanKind.INTERNAL
+    check(
+        run,
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "meta-agent",
+            "gen_ai.conversation.id": result.conversation_id,
+            "meta_agent.run_id": result.run_id,
+            "meta_agent.mode": "agent",
+            "meta_agent.stop_reason": "final",
+        },
     )
+    answered, failed = spans["chat claude-sonnet-5-5"]
+    [fallback] = spans["chat fake-model"]
+    assert {span.kind for span in (answered, failed, fallback)} == {SpanKind.CLIENT}
+    check(
+        answered,
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "anthropic",
+            "gen_ai.request.model": "claude-sonnet-5-5",
+            "gen_ai.response.model": "fake",
+            "gen_ai.response.id": "msg_fake",
+            "gen_ai.response.finish_reasons": ("tool_use",),
+            "gen_ai.usage.input_tokens": 20,
+            "gen_ai.usage.output_tokens": 9,
+        },
+    )
+    assert failed.status.status_code == StatusCode.ERROR and "HTTP 503" in (failed.status.description or "")
+    assert (failed.attributes or {})["error.type"] == "ProviderUnavailable"
+    assert "gen_ai.response.id" not in (failed.attributes or {})
+    check(
+        fallback,
+        {
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": "fake-model",
+            "gen_ai.response.id": "chatcmpl-fake",
+            "gen_ai.response.finish_reasons": ("stop",),
+            "gen_ai.usage.input_tokens": 40,
+        },
+    )
+    [tool] = [span for name, each in spans.items() if name.startswith("execute_tool ") for span in each]
+    assert tool.kind == SpanKind.INTERNAL
+    check(
+        tool,
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.call.id": "toolu_1",
+            "gen_ai.tool.type": "extension",
+            "mcp.method.name": "tools/call",
+            "meta_agent.server": "f",
+        },
+    )
+    assert tool.name.removeprefix("execute_tool ") == (tool.attributes or {})["gen_ai.tool.name"] == "f.echo"
+    # the MCP SDK's span of the child's call is the tool span's child: the run's trace goes on to the child
+    [sent] = [span for span in EXPORTER.get_finished_spans() if span.name.startswith("MCP send tools/call")]
+    assert sent.parent is not None and sent.parent.span_id == tool.context.span_id
+    ours = [answered, failed, fallback, tool]
+    assert all(span.parent is not None and span.parent.span_id == run.context.span_id for span in ours)
+    assert {span.context.trace_id for span in (*ours, sent)} == {run.context.trace_id}
+    assert not any(key.startswith("gen_ai.input") for span in ours for key in (span.attributes or {}))  # off
 
 
 async def test_a_model_turn_the_deadline_cuts_ends_its_span(tmp_path: Path, llm: FakeLLM) -> None:
@@ -63,6 +123,79 @@ async def test_a_model_turn_the_deadline_cuts_ends_its_span(tmp_path: Path, llm:
     async with Engine(settings, {}, openai_env(llm)) as engine:
         result = await engine.run("t", mode="agent")
     assert result.stop_reason == "deadline"
-    cut, last = [span for span in EXPORTER.get_finished_spans() if span.name == "meta_agent.model"]
+    cut, last = by_name(EXPORTER.get_finished_spans())["chat fake-model"]
     assert (cut.status.status_code, cut.status.description) == (StatusCode.ERROR, "cut: deadline")
-    assert (last.attributes["meta_agent.final"], last.status.status_code) == (True, StatusCode.UNSET)
+    assert (cut.attributes or {})["error.type"] == "deadline"
+    assert (last.attributes or {})["meta_agent.final"] is True and last.status.status_code == StatusCode.UNSET
+
+
+def test_content_capture_is_off_unless_opted_in() -> None:
+    assert not capture_content({})
+    assert not capture_content({"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false"})
+    assert capture_content({"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "True"})
+
+
+async def a_run(spans: Spans, *, argument: str, result: str, error: str | None = None) -> None:
+    """The events of a run with one model call and one tool call, into `spans`."""
+    await spans(ev.RunStarted(run_id="r1", mode="agent", task=f"use {argument}", model="openai:m", tools=("k.t",)))
+    await spans(ev.ModelTurnStarted(step=1))
+    request = ModelRequest(system="be brief", messages=(UserMessage.of(f"use {argument}"),))
+    await spans(ev.ModelRequested(step=1, request=request))
+    response = ModelResponse(text=f"ok {argument}", model="m-1", id="resp-1", finish_reasons=("stop",))
+    await spans(
+        ev.ModelResponded(
+            step=1, text="", tool_calls=(), input_tokens=1, output_tokens=1, duration_ms=1, response=response
+        )
+    )
+    await spans(ev.ToolCallStarted(step=2, call_id="c1", name="k.t", arguments={"key": argument}, server="k"))
+    parts = (TextPart(text=result),)
+    await spans(
+        ev.ToolCallFinished(
+            step=2, call_id="c1", name="k.t", ok=error is None, duration_ms=1, error=error, result=parts
+        )
+    )
+    await spans(ev.RunFailed(run_id="r1", error=f"gave up on {argument}", error_type="ProviderError"))
+
+
+async def test_contents_when_opted_in_are_redacted_and_bounded() -> None:
+    EXPORTER.clear()
+    secret = "s3cr3t-value-of-the-key"
+    spans = Spans(redact=Redactor([secret]), capture=True)
+    huge = "x" * 1_000_000
+    await a_run(spans, argument=secret, result=huge + secret, error=f"failed with {secret} " + huge)
+    finished = EXPORTER.get_finished_spans()
+    values = [value for span in finished for value in (span.attributes or {}).values()]
+    values += [span.status.description or "" for span in finished]
+    texts = [value for value in values if isinstance(value, str)]
+    assert not any(secret in text for text in texts)
+    assert all(len(text) <= MAX_ATTRIBUTE_CHARS for text in texts)
+    named = by_name(finished)
+    [chat] = named["chat m"]
+    attributes = chat.attributes or {}
+    assert "[redacted]" in str(attributes["gen_ai.input.messages"]) and "be brief" in str(
+        attributes["gen_ai.system_instructions"]
+    )
+    assert "ok [redacted]" in str(attributes["gen_ai.output.messages"])
+    [tool] = named["execute_tool k.t"]
+    assert str((tool.attributes or {})["gen_ai.tool.call.arguments"]) == '{"key": "[redacted]"}'
+    assert str((tool.attributes or {})["gen_ai.tool.call.result"]).endswith("…")
+
+
+async def test_no_contents_without_opting_in() -> None:
+    EXPORTER.clear()
+    await a_run(Spans(capture=False), argument="visible", result="result text")
+    values = [str(value) for span in EXPORTER.get_finished_spans() for value in (span.attributes or {}).values()]
+    assert not any("visible" in value or "result text" in value for value in values)
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    ["", "garbage", "00-zzzz-0000-01", "00-00000000000000000000000000000000-0000000000000000-01", "00-" + "a" * 5000],
+)
+def test_a_malformed_traceparent_names_no_parent(traceparent: str) -> None:
+    assert parent_context(traceparent) is None
+
+
+def test_a_traceparent_names_its_trace() -> None:
+    context = parent_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v")
+    assert context is not None

@@ -51,6 +51,7 @@ class ModelSwitched:
     error: str
     brief: str
     next: str
+    error_type: str = ""  # the failure's class (`ProviderUnavailable`): telemetry's `error.type`
     kind: Literal["model_switched"] = "model_switched"
 
 
@@ -81,6 +82,7 @@ class ToolCallStarted:
     call_id: str
     name: str
     arguments: Mapping[str, Any]
+    server: str | None = None  # the child server whose tool it is; None: an internal tool (or no known tool)
     kind: Literal["tool_call_started"] = "tool_call_started"
 
 
@@ -163,6 +165,7 @@ class RunFailed:
     run_id: str
     error: str
     result: RunResult | None = None
+    error_type: str = ""  # the failure's class (`ProviderError`, a bug's): telemetry's `error.type`
     kind: Literal["run_failed"] = "run_failed"
 
 

@@ -199,7 +199,9 @@ class _Run:
         a bug of ours (its type and first line; the caller logs the traceback)."""
         error = str(exc) if isinstance(exc, MetaAgentError) else summary(exc)
         result = self._result(f"(no answer: {error})", "error")
-        await self.emit(ev.RunFailed(run_id=self.request.run_id, error=error, result=result))
+        await self.emit(
+            ev.RunFailed(run_id=self.request.run_id, error=error, result=result, error_type=type(exc).__name__)
+        )
 
     async def _steps_with_pulse(self) -> RunResult:
         failure: Exception | None = None
@@ -310,7 +312,12 @@ class _Run:
                 following = self.chain[self.at + 1]
                 await self.emit(
                     ev.ModelSwitched(
-                        step=step, failed=self.provider.name, error=str(exc), brief=exc.brief, next=following.name
+                        step=step,
+                        failed=self.provider.name,
+                        error=str(exc),
+                        brief=exc.brief,
+                        next=following.name,
+                        error_type=type(exc).__name__,
                     )
                 )
                 self.at += 1

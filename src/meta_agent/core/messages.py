@@ -190,6 +190,11 @@ class ModelResponse:
     tool_calls: tuple[ToolCall, ...] = ()
     thinking: tuple[ThinkingPart, ...] = ()
     usage: Usage = field(default_factory=Usage)
+    # What the provider said of its answer, where it says it (for telemetry): the model that answered (an alias's
+    # dated version), the response's id, and why it stopped ("stop", "tool_calls", "end_turn"...).
+    model: str = ""
+    id: str = ""
+    finish_reasons: tuple[str, ...] = ()
 
     def as_message(self) -> AssistantMessage:
         return AssistantMessage(text=self.text, tool_calls=self.tool_calls, thinking=self.thinking)

@@ -30,6 +30,9 @@ class RunSpec:
     continues: bool
     can_ask: bool  # the caller can be asked to approve a call
     owner: str | None = None  # whose run it is: an opaque subject (None: a spec made before runs had owners)
+    # The trace context the run was started in (W3C, "": none): its spans' parent, here or on the replica resuming it.
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 class RunBody(Protocol[CallerT]):

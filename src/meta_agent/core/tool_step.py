@@ -200,16 +200,18 @@ class ToolStepRunner:
 
     async def _carry_out(self, step: int, call: ToolCall, slot: _ServerQueueSlot) -> tuple[ToolOutcome, int]:
         """The call's whole outcome, and the milliseconds it took once its slot came."""
-        name = self.name_of(call.name)
+        name, spec = self.name_of(call.name), self.by_alias.get(call.name)
         async with slot:  # a call that may change things waits for the ones the model asked for before it
             started = clock()
             try:
-                await self.emit(ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments))
+                server = spec.server if spec is not None else None
+                await self.emit(
+                    ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments, server=server)
+                )
                 full = await self._outcome(step, call)
             except Exception as exc:  # a bug of ours must cost one call, not the run; the model is told, we log it
                 log.exception("tool_call_failed", tool=name, run_id=self.run_id)
                 full = tool_call.error(f"{name} could not be run: {type(exc).__name__}: {exc}")
-        spec = self.by_alias.get(call.name)
         if spec is not None and spec.internal:  # images an internal tool made (image_gen) go to the host
             self.images.extend(part for part in full.parts if isinstance(part, ImagePart))
         # the call's time is the tool's: the user's answer is no part of it (a question may wait for minutes)

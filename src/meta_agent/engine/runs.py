@@ -32,7 +32,7 @@ from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.errors import ConfigError, ConversationLost
 from meta_agent.providers.chain import ModelChain
-from meta_agent.records.telemetry import Spans
+from meta_agent.records.telemetry import Spans, current_trace_context, parent_context
 from meta_agent.records.traces import Redactor, TraceWriter
 from meta_agent.shared.ids import random_id
 from meta_agent.shared.text import one_line
@@ -129,6 +129,7 @@ class Runs:
             continues=conversation_id is not None,
             can_ask=approver is not None,
             owner=owner,
+            **current_trace_context(),  # the caller's (the host's request): the run's spans join its trace
         )
         caller = Caller(emit=emit, approver=approver, sampling=sampling, questions=questions)
         if self.durable is not None:
@@ -179,7 +180,9 @@ class Runs:
             elapsed=None if steps is None else steps.elapsed,
             unavailable_servers=unavailable,
         )
-        runner: ToolRunner = self.toolbox.runner(caller.questions)
+        parent = parent_context(spec.traceparent, spec.tracestate)
+        spans = Spans(conversation_id=turn.conversation_id, parent=parent, redact=self._redact)
+        runner: ToolRunner = spans.traced(self.toolbox.runner(caller.questions))  # a child's call joins the trace
         approver = caller.approver
         if steps is not None:
             provider, fallbacks = steps.model(provider), [steps.model(model) for model in fallbacks]
@@ -189,7 +192,7 @@ class Runs:
             not_ready = {"not_ready": unavailable_line(unavailable)} if unavailable else {}
             log.info("run_started", mode=spec.mode, model=provider.name, tools=len(request.tools), **not_ready)
             result = await self._loop(
-                request, caller.emit, provider=provider, fallbacks=fallbacks, tools=runner, approver=approver
+                request, caller.emit, spans, provider=provider, fallbacks=fallbacks, tools=runner, approver=approver
             )
             result = await self._remember(result, turn, steps, moved_on=moved_on)
             await self.index.finished(request.run_id, result.to_json())
@@ -203,12 +206,12 @@ class Runs:
             )
         return result
 
-    async def _loop(self, request: RunRequest, emit: Emit | None, **parts: Any) -> RunResult:
+    async def _loop(self, request: RunRequest, emit: Emit | None, spans: Spans, **parts: Any) -> RunResult:
         """The loop's run of `request` with its `parts` (provider, fallbacks, tools, approver), each event to `emit`,
         the trace, telemetry and (durable) the run index; the trace is whole on disk before the result is returned."""
         trace = TraceWriter(self.trace_dir, self._redact)
         noted = None if self.durable is None else self.durable.noting(request.run_id)
-        sinks = [sink for sink in (emit, trace, Spans(), noted) if sink is not None]
+        sinks = [sink for sink in (emit, trace, spans, noted) if sink is not None]
 
         async def fan_out(event: Event) -> None:
             self._latest[request.run_id] = event

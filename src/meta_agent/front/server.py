@@ -33,7 +33,7 @@ from meta_agent.config.settings import Settings
 from meta_agent.core.provider import Provider
 from meta_agent.engine import Engine
 from meta_agent.errors import MetaAgentError
-from meta_agent.front import task_protocol
+from meta_agent.front import task_protocol, trace_context
 from meta_agent.front.approvals import ParkedRuns, SessionAllowances, is_modern
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.front.calls import Front, front_of, start_run
@@ -105,6 +105,7 @@ class MetaAgentServer(MCPServer[Front]):
         # MCPServer offers no public way to add a spec request handler.
         self.subscribers.install(self._lowlevel_server)
         task_protocol.install(self._lowlevel_server, _board)
+        trace_context.install(self._lowlevel_server)
 
     def children_held(self) -> bool:
         """Whether the children are held still (`hold_children`, and neither released nor the engine started)."""

@@ -190,7 +190,15 @@ def _response(answer: object) -> ModelResponse:
         tool_calls=tuple(calls),
         thinking=tuple(thinking),
         usage=_usage(field(message, "usage", (dict, type(None)), "")),
+        model=_said(message.get("model")),
+        id=_said(message.get("id")),
+        finish_reasons=tuple(filter(None, (_said(message.get("stop_reason")),))),
     )
+
+
+def _said(value: object) -> str:
+    """What a message says of itself (its model, id, stop reason): a string, else nothing."""
+    return value if isinstance(value, str) else ""
 
 
 def _tool_call(block: dict[str, Any], where: str) -> ToolCall:

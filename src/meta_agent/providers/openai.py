@@ -203,7 +203,15 @@ def _response(answer: object) -> ModelResponse:
         tool_calls=_tool_calls(calls, f"{where}.tool_calls"),
         thinking=(ThinkingPart(text=reasoning),) if isinstance(reasoning, str) and reasoning else (),
         usage=_usage(field(completion, "usage", (dict, type(None)), "")),
+        model=_said(completion.get("model")),
+        id=_said(completion.get("id")),
+        finish_reasons=tuple(filter(None, (_said(choice.get("finish_reason")),))),
     )
+
+
+def _said(value: object) -> str:
+    """What a response says of itself (its model, id, finish reason): a string, else nothing."""
+    return value if isinstance(value, str) else ""
 
 
 def _text(content: str | list[Any] | None, where: str) -> str:

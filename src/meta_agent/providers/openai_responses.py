@@ -143,7 +143,15 @@ def _response(answer: object, name: str) -> ModelResponse:
         tool_calls=tuple(calls),
         thinking=tuple(thinking),
         usage=_usage(field(response, "usage", (dict, type(None)), "")),
+        model=_said(response.get("model")),
+        id=_said(response.get("id")),
+        finish_reasons=tuple(filter(None, (_said(response.get("status")),))),
     )
+
+
+def _said(value: object) -> str:
+    """What a response says of itself (its model, id, status): a string, else nothing."""
+    return value if isinstance(value, str) else ""
 
 
 def _message_text(item: dict[str, Any], where: str) -> list[str]:

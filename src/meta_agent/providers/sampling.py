@@ -70,7 +70,10 @@ class SamplingProvider:
         calls = tuple(
             ToolCall(id=b.id, name=b.name, arguments=b.input) for b in blocks if isinstance(b, t.ToolUseContent)
         )
-        return ModelResponse(text=text, tool_calls=calls)
+        stop = result.stop_reason
+        return ModelResponse(
+            text=text, tool_calls=calls, model=result.model, finish_reasons=(stop,) if isinstance(stop, str) else ()
+        )
 
 
 def _messages(messages: tuple[Message, ...]) -> list[t.SamplingMessage]:
