@@ -35,6 +35,7 @@ from meta_agent.config.settings import Settings
 from meta_agent.core.tools import WEBHOOKS
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
+from meta_agent.records.otel_setup import exported
 from meta_agent.shared.text import plural
 from meta_agent.store import trustfile
 from meta_agent.toolbox.build import Toolbox, definition_of, may_name_server
@@ -42,6 +43,7 @@ from meta_agent.toolbox.build import Toolbox, definition_of, may_name_server
 log = structlog.get_logger(__name__)
 
 
+@exported
 async def run_task(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     try:
         allow = [check_glob(pattern) for pattern in args.allow or ()]

@@ -22,6 +22,7 @@ from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, fail
 from meta_agent.config.servers import ServerEntry
 from meta_agent.config.settings import Settings
 from meta_agent.errors import ConfigError
+from meta_agent.records.otel_setup import exported
 
 MAX_PORT = 65535
 LISTEN_BACKLOG = 2048  # uvicorn's default: connections queue here while the server is still starting up
@@ -35,6 +36,7 @@ RELOAD_SIGNAL: signal.Signals | None = None if sys.platform == "win32" else sign
 log = structlog.get_logger(__name__)
 
 
+@exported
 async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve MCP on stdin and stdout until the host closes stdin or a signal stops it."""
     from meta_agent.front.server import build_server
@@ -50,6 +52,7 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
     return 0
 
 
+@exported
 async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve streamable HTTP at /mcp on `--host` and `--port`; a port that cannot be listened on is exit 2."""
     from meta_agent.front.auth import resource_server

@@ -32,6 +32,7 @@ from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.errors import ConfigError, ConversationLost
 from meta_agent.providers.chain import ModelChain
+from meta_agent.records.metrics import Metrics
 from meta_agent.records.telemetry import Spans, current_trace_context, parent_context
 from meta_agent.records.traces import Redactor, TraceWriter
 from meta_agent.shared.ids import random_id
@@ -211,7 +212,7 @@ class Runs:
         the trace, telemetry and (durable) the run index; the trace is whole on disk before the result is returned."""
         trace = TraceWriter(self.trace_dir, self._redact)
         noted = None if self.durable is None else self.durable.noting(request.run_id)
-        sinks = [sink for sink in (emit, trace, spans, noted) if sink is not None]
+        sinks = [sink for sink in (emit, trace, spans, Metrics(), noted) if sink is not None]
 
         async def fan_out(event: Event) -> None:
             self._latest[request.run_id] = event

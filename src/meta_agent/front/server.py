@@ -39,6 +39,7 @@ from meta_agent.front.call_guard import argument_error, unknown_argument, unless
 from meta_agent.front.calls import Front, front_of, start_run
 from meta_agent.front.host_logs import HostLogs
 from meta_agent.front.parked import SharedKey
+from meta_agent.front.server_metrics import time_each_request
 from meta_agent.front.subjects import request_principal, subject_of
 from meta_agent.front.subscriptions import ToolboxSubscribers
 from meta_agent.front.task_protocol import PENDING, TasksExtension, relay_progress
@@ -101,6 +102,7 @@ class MetaAgentServer(MCPServer[Front]):
                 if self._shared_key is None
                 else RequestStateSecurity(codec=self._shared_key, bind_principal=request_principal),
                 extensions=[TasksExtension()],
+                middleware=[time_each_request],  # mcp.server.operation.duration
             )
         # MCPServer offers no public way to add a spec request handler.
         self.subscribers.install(self._lowlevel_server)

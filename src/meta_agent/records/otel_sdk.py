@@ -1,0 +1,61 @@
+"""The OpenTelemetry SDK and its OTLP exporters, set up as global providers (records/otel_setup.py).
+
+Imported only when an exporter is configured: importing this module is importing the SDK (the `otel` extra), and
+an ImportError here means the extra is not installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+
+def install(protocols: dict[str, str], timeouts: dict[str, float], resource: dict[str, Any]) -> list[Any]:
+    """Set the global tracer provider and meter provider for the signals of `protocols` (signal: protocol), with
+    OTLP exporters bounded by `timeouts` (signal: seconds); returns the providers, to shut down at the end. They
+    register no `atexit` handler: the caller shuts them down within a bound of its own."""
+    described = Resource.create(resource)
+    providers: list[Any] = []
+    if "traces" in protocols:
+        tracer_provider = TracerProvider(resource=described, shutdown_on_exit=False)
+        exporter = _span_exporter(protocols["traces"], timeouts["traces"])
+        tracer_provider.add_span_processor(
+            BatchSpanProcessor(exporter, export_timeout_millis=timeouts["traces"] * 1000)
+        )
+        trace.set_tracer_provider(tracer_provider)
+        providers.append(tracer_provider)
+    if "metrics" in protocols:
+        reader = PeriodicExportingMetricReader(
+            _metric_exporter(protocols["metrics"], timeouts["metrics"]),
+            export_timeout_millis=timeouts["metrics"] * 1000,
+        )
+        meter_provider = MeterProvider(resource=described, metric_readers=[reader], shutdown_on_exit=False)
+        metrics.set_meter_provider(meter_provider)
+        providers.append(meter_provider)
+    return providers
+
+
+def _span_exporter(protocol: str, timeout: float) -> SpanExporter:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+
+        return GrpcSpans(timeout=timeout)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+
+    return HttpSpans(timeout=timeout)
+
+
+def _metric_exporter(protocol: str, timeout: float) -> MetricExporter:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+
+        return GrpcMetrics(timeout=timeout)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+
+    return HttpMetrics(timeout=timeout)

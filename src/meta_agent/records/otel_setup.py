@@ -1,0 +1,147 @@
+"""The OpenTelemetry SDK, set up from the standard `OTEL_*` variables for `meta-agent serve` and `meta-agent run`.
+
+Nothing is set up, and nothing of the SDK imported, unless an OTLP exporter is configured: an endpoint
+(`OTEL_EXPORTER_OTLP_ENDPOINT`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `_METRICS_ENDPOINT` for one signal), or
+`OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER` set to `otlp` (`none` turns a signal off); `OTEL_SDK_DISABLED=true`
+turns both off. The protocol is `OTEL_EXPORTER_OTLP_PROTOCOL` (or the signal's own): `http/protobuf`, the default,
+or `grpc`. The service is `OTEL_SERVICE_NAME`, by default meta-agent. The exporters read their endpoint, headers and
+compression from the same variables themselves.
+
+Spans go out in batches (BatchSpanProcessor) and metrics periodically (PeriodicExportingMetricReader,
+`OTEL_METRIC_EXPORT_INTERVAL`), each from a thread of the SDK: a collector that is down or slow never holds a run
+up. At the end both are flushed and shut down within SHUTDOWN_SECONDS, whatever the collector does; what is still
+unsent then is dropped. Without the `otel` extra installed, a configured exporter is one warning, not a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, ParamSpec
+
+import anyio
+import structlog
+
+from meta_agent.version import __version__
+
+log = structlog.get_logger(__name__)
+SIGNALS = ("traces", "metrics")
+PROTOCOLS = ("http/protobuf", "grpc")
+DEFAULT_SERVICE = "meta-agent"
+EXPORT_TIMEOUT = 5.0  # seconds for one export request, unless OTEL_EXPORTER_OTLP_TIMEOUT (or the signal's) says
+SHUTDOWN_SECONDS = 2.0  # the most the end of a command waits for the last spans and metrics to go out
+EXTRA = "pip install 'meta-agent[otel]'"
+
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to export: `protocols` maps each configured signal to its protocol."""
+
+    protocols: dict[str, str]
+    service: str
+
+
+def plan(env: Mapping[str, str]) -> Plan | None:
+    """What the `OTEL_*` variables of `env` ask to export; None when nothing (the default)."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    protocols: dict[str, str] = {}
+    for signal in SIGNALS:
+        upper = signal.upper()
+        exporters = [name.strip().lower() for name in env.get(f"OTEL_{upper}_EXPORTER", "").split(",") if name.strip()]
+        unsupported = [name for name in exporters if name not in ("otlp", "none")]
+        if unsupported:
+            log.warning("otel_exporter_unsupported", signal=signal, exporter=",".join(unsupported), supported="otlp")
+        wanted = "otlp" in exporters if exporters else bool(_value(env, upper, "ENDPOINT"))
+        if not wanted:
+            continue
+        protocol = (_value(env, upper, "PROTOCOL") or PROTOCOLS[0]).strip().lower()
+        if protocol not in PROTOCOLS:
+            log.warning("otel_protocol_unsupported", signal=signal, protocol=protocol, supported=", ".join(PROTOCOLS))
+            continue
+        protocols[signal] = protocol
+    if not protocols:
+        return None
+    return Plan(protocols, env.get("OTEL_SERVICE_NAME", "").strip() or DEFAULT_SERVICE)
+
+
+def _value(env: Mapping[str, str], signal: str, name: str) -> str:
+    """`OTEL_EXPORTER_OTLP_{signal}_{name}`, or else the setting for every signal."""
+    return (
+        env.get(f"OTEL_EXPORTER_OTLP_{signal}_{name}", "").strip() or env.get(f"OTEL_EXPORTER_OTLP_{name}", "").strip()
+    )
+
+
+def _timeout(env: Mapping[str, str], signal: str) -> float:
+    """The export timeout in seconds: the variable's value (the specification says milliseconds; the Python SDK
+    reads seconds, as here), else EXPORT_TIMEOUT."""
+    try:
+        return float(_value(env, signal, "TIMEOUT") or EXPORT_TIMEOUT)
+    except ValueError:
+        return EXPORT_TIMEOUT
+
+
+def start(env: Mapping[str, str]) -> Callable[[], None] | None:
+    """Set up the SDK's global tracer and meter providers as `env` asks; returns what shuts them down, or None
+    when nothing is configured or the SDK is not installed (then with a warning)."""
+    wanted = plan(env)
+    if wanted is None:
+        return None
+    timeouts = {signal: _timeout(env, signal.upper()) for signal in wanted.protocols}
+    resource = {"service.name": wanted.service, "service.version": __version__}
+    try:
+        from meta_agent.records import otel_sdk
+
+        providers = otel_sdk.install(wanted.protocols, timeouts, resource)
+    except ImportError as exc:  # the `otel` extra is not installed (or only part of it)
+        log.warning("otel_not_installed", configured=",".join(wanted.protocols), missing=exc.name, install=EXTRA)
+        return None
+    return functools.partial(shut_down, providers)
+
+
+def shut_down(providers: list[Any], seconds: float = SHUTDOWN_SECONDS) -> None:
+    """Flush and shut down `providers` on a thread of their own, waiting for it `seconds` at most: a collector that
+    is down or never answers costs the exit no more than that (the thread is a daemon, left behind)."""
+    worker = threading.Thread(target=_shut_down_all, args=(providers,), name="otel-shutdown", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        log.warning("otel_export_unfinished", waited_s=seconds)
+
+
+def _shut_down_all(providers: list[Any]) -> None:
+    for provider in providers:
+        try:
+            provider.shutdown()
+        except Exception:  # an exporter's failure is the collector's problem, never the command's
+            log.debug("otel_shutdown_failed", exc_info=True)
+
+
+@asynccontextmanager
+async def exporting(env: Mapping[str, str]) -> AsyncIterator[None]:
+    """The SDK set up from `env` while inside (if configured), shut down within SHUTDOWN_SECONDS on the way out,
+    cancelled or not."""
+    stop = start(env)
+    try:
+        yield
+    finally:
+        if stop is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(stop)
+
+
+def exported(command: Callable[P, Awaitable[int]]) -> Callable[P, Awaitable[int]]:
+    """`command` (`serve`'s or `run`'s) with the telemetry that the process's `OTEL_*` variables configure."""
+
+    @functools.wraps(command)
+    async def with_telemetry(*args: P.args, **kwargs: P.kwargs) -> int:
+        async with exporting(os.environ):
+            return await command(*args, **kwargs)
+
+    return with_telemetry

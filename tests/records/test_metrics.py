@@ -1,0 +1,173 @@
+"""The metrics sink and the SDK's set-up from OTEL_* variables: what each records, and that nothing of the SDK is
+imported or set up without configuration."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+
+from meta_agent.core import events as ev
+from meta_agent.records import otel_setup
+from meta_agent.records.metrics import Metrics, record_server_operation
+
+pytestmark = [pytest.mark.quick, pytest.mark.anyio]
+
+DELTA = AggregationTemporality.DELTA
+
+
+@pytest.fixture(scope="module")
+def reader() -> InMemoryMetricReader:
+    """The process's meter provider, set once: each read returns what was recorded since the last."""
+    memory = InMemoryMetricReader(preferred_temporality={Histogram: DELTA, Counter: DELTA})
+    metrics.set_meter_provider(MeterProvider(metric_readers=[memory]))
+    return memory
+
+
+@pytest.fixture
+def recorded(reader: InMemoryMetricReader) -> Iterator[dict[str, list[Any]]]:
+    """A test's metrics: name -> data points, read when asked (`recorded` is filled in place)."""
+    reader.get_metrics_data()  # what earlier tests recorded
+    found: dict[str, list[Any]] = {}
+
+    def read() -> None:
+        data = reader.get_metrics_data()
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    found.setdefault(metric.name, []).extend(metric.data.data_points)
+
+    found["__read__"] = [read]
+    yield found
+
+
+def read(recorded: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    recorded["__read__"][0]()
+    return recorded
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def result(stop_reason: str) -> Any:
+    """What the sink reads of a run's result."""
+    return SimpleNamespace(stop_reason=stop_reason)
+
+
+async def test_a_fallback_chain_measures_each_model_and_counts_the_run(recorded: dict[str, list[Any]]) -> None:
+    clock = Clock()
+    sink = Metrics(clock)
+    await sink(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:first", tools=()))
+    await sink(ev.ModelTurnStarted(step=1))
+    await sink(ev.ModelRequested(step=1, request=None))  # type: ignore[arg-type]
+    clock.now += 2.0
+    await sink(ev.ModelSwitched(step=1, failed="openai:first", error="x", brief="HTTP 503", next="anthropic:second"))
+    clock.now += 0.5
+    await sink(ev.ModelResponded(step=1, text="hi", tool_calls=(), input_tokens=30, output_tokens=4, duration_ms=2500))
+    await sink(ev.ToolCallFinished(step=1, call_id="c1", name="time.now", ok=False, duration_ms=3, error="boom"))
+    await sink(ev.RunFinished(result=result("final")))
+    found = read(recorded)
+
+    durations = {point.attributes["gen_ai.request.model"]: point for point in found["gen_ai.client.operation.duration"]}
+    failed, answered = durations["first"], durations["second"]
+    assert failed.attributes["gen_ai.provider.name"] == "openai" and failed.attributes["error.type"] == "HTTP 503"
+    assert (failed.sum, failed.count) == (2.0, 1)
+    assert answered.attributes["gen_ai.provider.name"] == "anthropic" and "error.type" not in answered.attributes
+    assert (answered.sum, answered.count) == (0.5, 1)
+    tokens = {point.attributes["gen_ai.token.type"]: point.sum for point in found["gen_ai.client.token.usage"]}
+    assert tokens == {"input": 30, "output": 4}
+    [tool] = found["meta_agent.tool_calls"]
+    assert tool.attributes == {"gen_ai.tool.name": "time.now", "meta_agent.outcome": "error"} and tool.value == 1
+    [run] = found["meta_agent.runs"]
+    assert run.attributes["meta_agent.stop_reason"] == "final" and run.value == 1
+
+
+async def test_a_call_the_deadline_cuts_is_an_error(recorded: dict[str, list[Any]]) -> None:
+    clock = Clock()
+    sink = Metrics(clock)
+    await sink(ev.RunStarted(run_id="r1", mode="agent", task="t", model="ollama:qwen3", tools=()))
+    await sink(ev.ModelRequested(step=1, request=None))  # type: ignore[arg-type]
+    clock.now += 1.0
+    await sink(ev.LimitReached(step=1, limit="deadline"))
+    await sink(ev.RunFinished(result=result("deadline")))
+    found = read(recorded)
+    [call] = found["gen_ai.client.operation.duration"]
+    assert call.attributes["error.type"] == "deadline" and call.count == 1  # not counted again at the run's end
+    assert "gen_ai.client.token.usage" not in found
+
+
+def test_server_operations_name_known_methods_only(recorded: dict[str, list[Any]]) -> None:
+    record_server_operation("tools/call", 0.25, None)
+    record_server_operation("x" * 500 + "\n", 0.25, "-32601")
+    found = read(recorded)
+    methods = {point.attributes["mcp.method.name"]: point for point in found["mcp.server.operation.duration"]}
+    assert set(methods) == {"tools/call", "_OTHER"}
+    assert methods["_OTHER"].attributes["error.type"] == "-32601"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, None),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, {"traces": "http/protobuf", "metrics": "http/protobuf"}),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, None),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_METRICS_EXPORTER": "none"},
+            {"traces": "http/protobuf"},
+        ),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, {"traces": "http/protobuf"}),
+        ({"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, {"metrics": "grpc"}),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, None),
+        ({"OTEL_TRACES_EXPORTER": "console"}, None),
+    ],
+)
+def test_what_the_variables_configure(env: dict[str, str], expected: dict[str, str] | None) -> None:
+    wanted = otel_setup.plan(env)
+    assert (wanted.protocols if wanted else None) == expected
+
+
+def test_the_service_name() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}
+    assert otel_setup.plan(endpoint).service == "meta-agent"  # type: ignore[union-attr]
+    assert otel_setup.plan({**endpoint, "OTEL_SERVICE_NAME": "mine"}).service == "mine"  # type: ignore[union-attr]
+
+
+def test_without_the_exporters_a_configured_endpoint_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The otel extra not installed (its exporter cannot be imported): start says so and sets nothing up."""
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    warnings: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        otel_setup, "log", type("L", (), {"warning": lambda _, event, **kw: warnings.append({event: kw})})()
+    )
+    assert otel_setup.start({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}) is None
+    assert len(warnings) == 1 and "otel_not_installed" in warnings[0]
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("module", ["meta_agent.cli.main", "meta_agent.cli.serving", "meta_agent.front.server"])
+def test_nothing_of_the_sdk_is_imported_without_configuration(module: str) -> None:
+    """The commands' import paths (serve's and run's) and set-up without OTEL_* variables import no SDK, no
+    exporter, and not even the metrics API (imported at the first measurement)."""
+    code = (
+        f"import os, sys, {module}, meta_agent.cli.commands\n"
+        "from meta_agent.records.otel_setup import start\n"
+        "assert start({k: v for k, v in os.environ.items() if not k.startswith('OTEL_')}) is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter', "
+        "'opentelemetry.metrics'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1,0 +1,110 @@
+"""`meta-agent run` as a process exporting over OTLP/HTTP to the tests' own receiver: the SDK is set up from the
+OTEL_* variables alone, the metrics arrive named and attributed by the conventions, and a collector that is down,
+never answers or answers garbage costs the run nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TIME_COMMAND, free_port, openai_env
+from fake_llm import FakeLLM, openai_reply
+from otlp_receiver import OtlpReceiver
+
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otel extra is not installed")
+
+META_AGENT = [sys.executable, "-m", "meta_agent"]
+# The exporters' timeouts in these runs: the sum of both is far above what a run may take with a bad collector.
+EXPORT_TIMEOUT_S = 20
+BOUND_S = 15.0  # a generous bound on a whole run's process, well under the exporters' timeouts together
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {"time": TIME_COMMAND}}))
+    return path
+
+
+def exported_run(llm: FakeLLM, config: Path, endpoint: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """One run calling the time tool once, exporting to `endpoint`; the process and how long it took."""
+    llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Asia/Tokyo"})))
+    llm.reply(openai_reply("It is evening in Tokyo."))
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    environ = openai_env(
+        llm,
+        model="openai:fake-model",
+        base=clean,
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_EXPORTER_OTLP_TIMEOUT=str(EXPORT_TIMEOUT_S),
+        OTEL_SERVICE_NAME="meta-agent-under-test",
+    )
+    started = time.monotonic()
+    result = subprocess.run(
+        [*META_AGENT, "run", "What time is it in Tokyo?", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+    )
+    return result, time.monotonic() - started
+
+
+def test_a_run_exports_its_spans_and_metrics(llm: FakeLLM, config: Path) -> None:
+    with OtlpReceiver() as receiver:
+        result, _ = exported_run(llm, config, receiver.url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "It is evening in Tokyo.\n"
+    spans = receiver.spans
+    assert spans, "no span arrived"
+    assert {span.service for span in spans} == {"meta-agent-under-test"}
+    ours = [
+        span
+        for span in spans
+        if span.attributes.get("meta_agent.run_id") or "gen_ai.usage.input_tokens" in span.attributes
+    ]
+    assert ours, [span.name for span in spans]
+
+    calls = receiver.points("gen_ai.client.operation.duration")
+    assert receiver.received.units["gen_ai.client.operation.duration"] == "s"
+    assert len(calls) == 1 and calls[0].count == 2  # two model calls, one model: one series
+    expected = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "fake-model"}
+    assert expected.items() <= calls[0].attributes.items() and "error.type" not in calls[0].attributes
+    assert 0 < calls[0].value < 60
+
+    tokens = {point.attributes["gen_ai.token.type"]: point for point in receiver.points("gen_ai.client.token.usage")}
+    assert receiver.received.units["gen_ai.client.token.usage"] == "{token}"
+    assert (tokens["input"].value, tokens["input"].count) == (24, 2)  # the fake model's 12 in and 7 out, twice
+    assert (tokens["output"].value, tokens["output"].count) == (14, 2)
+
+    [runs] = receiver.points("meta_agent.runs")
+    assert runs.attributes["meta_agent.stop_reason"] == "final" and runs.value == 1
+    [tools] = receiver.points("meta_agent.tool_calls")
+    assert tools.attributes == {"gen_ai.tool.name": "time.get_current_time", "meta_agent.outcome": "ok"}
+    assert tools.value == 1
+    [child] = receiver.points("mcp.client.operation.duration")
+    assert child.attributes == {
+        "mcp.method.name": "tools/call",
+        "gen_ai.tool.name": "get_current_time",
+        "meta_agent.server": "time",
+    }
+    assert child.count == 1 and 0 < child.value < 60
+
+
+@pytest.mark.parametrize("behaviour", ["down", "slow", "garbage"])
+def test_a_bad_collector_costs_the_run_nothing(llm: FakeLLM, config: Path, behaviour: str) -> None:
+    """Down (nothing listens), slow (never answers) or garbage: the run succeeds and ends within the bound."""
+    if behaviour == "down":
+        result, took = exported_run(llm, config, f"http://127.0.0.1:{free_port()}")
+    else:
+        with OtlpReceiver(behaviour) as receiver:  # type: ignore[arg-type]
+            result, took = exported_run(llm, config, receiver.url)
+            assert receiver.received.requests > 0  # it was tried
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "It is evening in Tokyo.\n"
+    assert took < BOUND_S, f"the run took {took:.1f} s with a {behaviour} collector"
