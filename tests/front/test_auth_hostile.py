@@ -94,7 +94,11 @@ def _sign(issuer: AuthServer, key: Any, alg: str = "RS256", **header: Any) -> st
     return jwt.encode(issuer.claims(aud=AUD), key, algorithm=alg, headers=header)
 
 
-NOW = int(time.time())
+def now() -> int:
+    """The time a token is minted at: read when it is minted, not when the module was imported."""
+    return int(time.time())
+
+
 HOSTILE: dict[str, Callable[[AuthServer], str]] = {
     "RS256 naming the issuer's EC key": lambda i: _sign(i, i.key.private, kid=EC.kid),
     "ES256 by a stranger naming the issuer's EC key": lambda i: _sign(
@@ -116,9 +120,9 @@ HOSTILE: dict[str, Callable[[AuthServer], str]] = {
     "the issuer in capitals": lambda i: i.mint(aud=AUD, iss=i.url.upper()),
     "the audience in capitals": lambda i: i.mint(aud=AUD.upper()),
     "an audience list with a number": lambda i: i.mint(aud=[1, AUD]),
-    "expired just past the leeway": lambda i: i.mint(aud=AUD, exp=NOW - LEEWAY - 5),
-    "not valid until just past the leeway": lambda i: i.mint(aud=AUD, nbf=NOW + LEEWAY + 5),
-    "issued in the future": lambda i: i.mint(aud=AUD, iat=NOW + 3600),
+    "expired just past the leeway": lambda i: i.mint(aud=AUD, exp=now() - LEEWAY - 20),
+    "not valid until just past the leeway": lambda i: i.mint(aud=AUD, nbf=now() + LEEWAY + 20),
+    "issued in the future": lambda i: i.mint(aud=AUD, iat=now() + 3600),
     "exp NaN": lambda i: i.mint(aud=AUD, exp=float("nan")),
     "exp Infinity": lambda i: i.mint(aud=AUD, exp=float("inf")),
     "nbf NaN": lambda i: i.mint(aud=AUD, nbf=float("nan")),
@@ -155,8 +159,8 @@ async def test_tokens_at_the_edges_that_pass(issuer: AuthServer) -> None:
     each subject as the token has it (a lone surrogate too)."""
     verifier = JwtVerifier(ResourceServer(issuer=issuer.url, audience=AUD))
     for token, sub in [
-        (issuer.mint(aud=AUD, exp=NOW - LEEWAY + 10), "alice"),
-        (issuer.mint(aud=AUD, nbf=NOW + LEEWAY - 10), "alice"),
+        (issuer.mint(aud=AUD, exp=now() - LEEWAY + 20), "alice"),
+        (issuer.mint(aud=AUD, nbf=now() + LEEWAY - 20), "alice"),
         (issuer.mint(aud=["https://other.example.com/mcp", AUD]), "alice"),
         (_sign(issuer, EC.private, "ES256", kid=EC.kid), "alice"),
         (issuer.mint(aud=AUD, sub="\ud800"), "\ud800"),
