@@ -42,7 +42,6 @@ from meta_agent.children.questions import QuestionRelay, Questions
 from meta_agent.config.servers import ServerEntry
 from meta_agent.core.tools import ProgressFn
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
-from meta_agent.records.metrics import child_call
 
 log = structlog.get_logger(__name__)
 
@@ -195,11 +194,9 @@ class ChildServer:
             raise ChildUnavailable(self.name, f"{tool} is not offered (not listed, or withheld by tools.allow/deny)")
         timeout = self.entry.timeout
         try:
-            with self._in_flight(), self._relay.calling(questions), child_call(self.name, tool) as measured:
-                return measured(
-                    await client.call_tool(
-                        tool, dict(arguments), read_timeout_seconds=timeout, progress_callback=on_progress
-                    )
+            with self._in_flight(), self._relay.calling(questions):
+                return await client.call_tool(
+                    tool, dict(arguments), read_timeout_seconds=timeout, progress_callback=on_progress
                 )
         except MCPError as exc:
             if self.retired is not None and exc.code == t.CONNECTION_CLOSED:

@@ -37,6 +37,7 @@ from meta_agent.core.tools import (
     ToolSpec,
 )
 from meta_agent.errors import ChildUnavailable, PatternError
+from meta_agent.records.metrics import child_call
 from meta_agent.shared.text import one_line
 from meta_agent.store.trustfile import Recorded, definition_hash
 
@@ -361,5 +362,7 @@ class ToolCaller:
         child = self._children.get(spec.server)
         if child is None:  # a reload removed it while the run went on with the tools it started with
             raise ChildUnavailable(spec.server, "the server was removed from the configuration")
-        result = await child.call(spec.tool, arguments, on_progress=on_progress, questions=self._questions)
+        with child_call(spec.server, spec.tool) as measured:  # mcp.client.operation.duration
+            called = child.call(spec.tool, arguments, on_progress=on_progress, questions=self._questions)
+            result = measured(await called)
         return outcome_of(result)
