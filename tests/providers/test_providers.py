@@ -425,9 +425,10 @@ async def test_what_openai_compatible_servers_legitimately_vary_is_read(llm: Fak
         tool_calls=(
             ToolCall(id=made_up, name="f__echo", arguments={"text": "as an object"}),
             ToolCall(id="c2", name="f__echo", arguments={}),
-        )
+        ),
+        id="c",  # the response's own id, as the server gave it (for telemetry)
     )
-    assert second == ModelResponse(text="ab")
+    assert second == ModelResponse(text="ab", id="c")
 
 
 async def test_anthropic_blocks_we_do_not_use_are_skipped(llm: FakeLLM) -> None:
