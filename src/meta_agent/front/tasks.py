@@ -74,7 +74,6 @@ class TaskRun:
     """A task whose run is on this replica."""
 
     run: ParkedRun
-    tool: str
     created: str
     ttl_ms: int
     relay: Callable[[str, int, str], Awaitable[None]] | None = None  # progress to its caller (2025-11-25)
@@ -162,7 +161,7 @@ class TaskBoard:
             self._spaces, sampling=sampling, shared=self._shared, parked_id=task_id, detached=True, owner=owner
         )
         created = iso(now())
-        task = self._live[task_id] = TaskRun(run, tool, created, ttl, relay, message=STARTING, updated=created)
+        task = self._live[task_id] = TaskRun(run, created, ttl, relay, message=STARTING, updated=created)
 
         async def work() -> t.CallToolResult:
             CURRENT.set(task)  # this task's own context: the tool function reads it
@@ -191,11 +190,12 @@ class TaskBoard:
     async def answer(self, owner: str, task_id: str, responses: Mapping[str, t.InputResponse]) -> bool:
         """Give the task the caller's answers, each under its question's key; answers to questions not pending
         (answered already, replayed, never asked) are ignored. False: `owner` has no such task."""
-        if await self._read(owner, task_id) is None:
+        if (row := await self._read(owner, task_id)) is None:
             return False
+        asked = (await self._view(row)).questions  # the one pending: at most one write, however many keys came
         for key, response in responses.items():
-            name, _, seq = key.rpartition("-")
-            if name and seq.isascii() and seq.isdigit() and len(seq) <= 9:
+            if key in asked:
+                name, _, seq = key.rpartition("-")
                 await self._answer(owner, task_id, int(seq), name, response)
         return True
 
@@ -266,7 +266,7 @@ class TaskBoard:
     async def _answer(self, owner: str, task_id: str, seq: int, key: str, response: t.InputResponse) -> None:
         """Answer question `seq` of `owner`'s task, here or (shared rounds) on whichever replica runs it; once."""
         task = self._live.get(task_id)
-        if task is not None and (task.run.can_answer(seq) is not None or not _asks(task.run, seq, key)):
+        if task is not None and task.run.can_answer(seq) is not None:
             return
         if self._shared is not None:
             try:
@@ -346,12 +346,6 @@ class TaskBoard:
 LOST = "the process that ran it ended before the run finished"
 STOPPED = "its run was stopped before it finished: a question was not answered in time, or the server stopped"
 NEVER_STARTED = "its run never started (it was refused, or the process that made it stopped first)"
-
-
-def _asks(run: ParkedRun, seq: int, key: str) -> bool:
-    """Whether question `seq` of `run` is the one asked under `key` (an answer under another key is ignored)."""
-    latest = run.latest()
-    return latest is not None and latest[0] == seq and isinstance(latest[1], Question) and latest[1].key == key
 
 
 CANCELLED = "cancelled by its caller"

@@ -25,7 +25,6 @@ class TaskRow:
     """A task as the database holds it: its row, and its run's state (None until the run has started)."""
 
     task_id: str
-    tool: str
     created: str
     ttl_ms: int
     age: float  # seconds since it was made, by the database's clock
@@ -105,16 +104,15 @@ def _kept(sql: Sql) -> str:
 
 def _select(sql: Sql) -> str:
     return (
-        f"select t.id, t.tool, t.created, t.ttl_ms, t.cancelled, {sql.clock} - t.created_at, r.id, {columns(sql, 'r')}"
+        f"select t.id, t.created, t.ttl_ms, t.cancelled, {sql.clock} - t.created_at, r.id, {columns(sql, 'r')}"
         " from tasks t left join runs r on r.id = t.id"
     )
 
 
 def _row(row: tuple[Any, ...]) -> TaskRow:
-    task_id, tool, created, ttl_ms, cancelled, age, run_id, *run = row
+    task_id, created, ttl_ms, cancelled, age, run_id, *run = row
     return TaskRow(
         task_id=str(task_id),
-        tool=str(tool),
         created=str(created),
         ttl_ms=int(ttl_ms),
         cancelled=bool(cancelled),
