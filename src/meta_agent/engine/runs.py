@@ -184,6 +184,7 @@ class Runs:
         parent = parent_context(spec.traceparent, spec.tracestate)
         spans = Spans(conversation_id=turn.conversation_id, parent=parent, redact=self._redact)
         runner: ToolRunner = spans.traced(self.toolbox.runner(caller.questions))  # a child's call joins the trace
+        provider, fallbacks = spans.traced_model(provider), [spans.traced_model(model) for model in fallbacks]
         approver = caller.approver
         if steps is not None:
             provider, fallbacks = steps.model(provider), [steps.model(model) for model in fallbacks]

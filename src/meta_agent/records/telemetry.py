@@ -36,6 +36,7 @@ from meta_agent.core.messages import (
     ToolMessage,
     UserMessage,
 )
+from meta_agent.core.provider import Provider
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.core.tools import ProgressFn, RunContext, ToolOutcome, ToolSpec
 
@@ -167,9 +168,24 @@ class Spans:
         with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
             yield
 
+    @contextmanager
+    def current_model(self) -> Iterator[None]:
+        """The model call's span made current, where one is open (a tool's own model call, describe_image's, has
+        none: it runs in the tool's span): an HTTP client's instrumentation of the call joins the run's trace."""
+        span = self._model
+        if span is None:
+            yield
+            return
+        with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            yield
+
     def traced(self, runner: ToolRunner) -> ToolRunner:
         """`runner`, each call made with its span current."""
         return _TracedRunner(runner, self)
+
+    def traced_model(self, provider: Provider) -> Provider:
+        """`provider`, each call made with its `chat` span current."""
+        return _TracedModel(provider, self)
 
     def _started(self, event: ev.RunStarted) -> None:
         self._model_name = event.model
@@ -296,6 +312,29 @@ class _TracedRunner:
     ) -> ToolOutcome:
         with self.spans.current(context.call_id):
             return await self.inner.call(spec, arguments, on_progress, context=context)
+
+
+class _TracedModel:
+    """A model whose calls run with their `chat` spans current."""
+
+    def __init__(self, inner: Provider, spans: Spans) -> None:
+        self.inner = inner
+        self.spans = spans
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def accepts_images(self) -> bool:
+        return self.inner.accepts_images
+
+    async def aclose(self) -> None:  # the engine owns the model
+        return None
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        with self.spans.current_model():
+            return await self.inner.complete(request)
 
 
 def _cut(value: Any) -> Any:
