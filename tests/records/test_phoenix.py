@@ -1,8 +1,9 @@
 """A run exported to Arize Phoenix, read back through Phoenix's REST API as Phoenix shows it: an agent span with
 model and tool children, and the model calls' token counts.
 
-arize-phoenix is large (hundreds of MB) and in no extra of ours: the test runs where its `phoenix` command is on
-PATH (`pip install arize-phoenix` in a venv of its own is enough), and is skipped elsewhere."""
+arize-phoenix is large (hundreds of MB) and in no extra of ours: scripts/test installs it into .venv-phoenix
+(scripts/install-phoenix), where the test finds its `phoenix` command, else on PATH. Without it the test is skipped,
+and fails under CI=true, where it must run."""
 
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ from conftest import TIME_COMMAND, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otel extra is not installed")
-PHOENIX = shutil.which("phoenix")
+INSTALLED = Path(__file__).parents[2] / ".venv-phoenix" / "bin" / "phoenix"  # by scripts/install-phoenix
+PHOENIX = str(INSTALLED) if INSTALLED.exists() else shutil.which("phoenix")
+MISSING = "arize-phoenix is not installed (scripts/install-phoenix; no `phoenix` command in .venv-phoenix or on PATH)"
 pytestmark = [
     pytest.mark.processes,
-    pytest.mark.skipif(PHOENIX is None, reason="arize-phoenix is not installed (no `phoenix` command on PATH)"),
+    pytest.mark.skipif(PHOENIX is None and os.environ.get("CI") != "true", reason=MISSING),
 ]
 
 START_BOUND = 90.0  # seconds for Phoenix to start (it migrates its database first)
@@ -35,6 +38,7 @@ PROJECT = "meta-agent-test"
 @pytest.fixture
 def phoenix(tmp_path: Path) -> Iterator[str]:
     """Phoenix serving on 127.0.0.1 with a database in `tmp_path`; its URL."""
+    assert PHOENIX is not None, f"{MISSING}: required under CI=true"
     port = free_port()
     environ = {
         **os.environ,

@@ -1,5 +1,5 @@
 """The set-up scripts say what they are doing: `scripts/test`, `scripts/lint` and `scripts/bench` print a line on
-stderr before each install that can take a while (making the venv, pip, npm, the PostgreSQL example's server), so a
+stderr before each install that can take a while (making the venv, pip, npm, the PostgreSQL example's server, Phoenix), so a
 first run is never silent for a minute.
 
 Each script runs as it is, from a copy of the repository's layout in a temporary directory, where the programs it
@@ -19,7 +19,7 @@ from conftest import TESTS
 
 ROOT = TESTS.parent
 # What an install a stand-in ran looks like on stderr.
-INSTALL = re.compile(r"RAN (python3 -m venv|python -m pip install|npm |install-server)")
+INSTALL = re.compile(r"RAN (python3 -m venv|python -m pip install|npm |install-server|install-phoenix)")
 # A stand-in: it says on stderr that it ran and with what, and does nothing else.
 STAND_IN = '#!/bin/sh\necho "RAN $(basename "$0") $*" >&2\n'
 # python3 makes the venv it is asked for, with stand-ins for the programs the scripts run from it.
@@ -44,6 +44,7 @@ def clone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "scripts", repo / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     _executable(repo / "examples" / "postgres" / "install-server", STAND_IN)
+    _executable(repo / "scripts" / "install-phoenix", STAND_IN)
     bin_dir = tmp_path / "bin"
     _executable(bin_dir / "stand-in", STAND_IN)
     _executable(bin_dir / "npm", STAND_IN)
@@ -79,5 +80,6 @@ def test_scripts_test_names_every_install(clone: tuple[Path, dict[str, str]]) ->
         "installing meta-agent and its test extras into .venv",
         "installing the npm child servers, the aimock LLM emulator and the TypeScript SDK's client into tests/node_modules",
         "installing the PostgreSQL example's server into .venv-postgres-mcp",
+        "installing Arize Phoenix into .venv-phoenix",
         "running pytest",
     ]
