@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import TIME_COMMAND, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
-from otlp_receiver import OtlpReceiver
+from otlp_receiver import GrpcReceiver, OtlpReceiver
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otel extra is not installed")
 
@@ -31,8 +31,11 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
-def exported_run(llm: FakeLLM, config: Path, endpoint: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """One run calling the time tool once, exporting to `endpoint`; the process and how long it took."""
+def exported_run(
+    llm: FakeLLM, config: Path, endpoint: str, protocol: str = "http/protobuf"
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """One run calling the time tool once, exporting to `endpoint` over `protocol`; the process and how long it
+    took."""
     llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Asia/Tokyo"})))
     llm.reply(openai_reply("It is evening in Tokyo."))
     clean = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
@@ -41,6 +44,7 @@ def exported_run(llm: FakeLLM, config: Path, endpoint: str) -> tuple[subprocess.
         model="openai:fake-model",
         base=clean,
         OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
         OTEL_EXPORTER_OTLP_TIMEOUT=str(EXPORT_TIMEOUT_S),
         OTEL_SERVICE_NAME="meta-agent-under-test",
     )
@@ -96,14 +100,25 @@ def test_a_run_exports_its_spans_and_metrics(llm: FakeLLM, config: Path) -> None
     assert child.count == 1 and 0 < child.value < 60
 
 
-@pytest.mark.parametrize("behaviour", ["down", "slow", "garbage"])
-def test_a_bad_collector_costs_the_run_nothing(llm: FakeLLM, config: Path, behaviour: str) -> None:
-    """Down (nothing listens), slow (never answers) or garbage: the run succeeds and ends within the bound."""
+@pytest.mark.parametrize(
+    ("behaviour", "protocol"),
+    [
+        ("down", "http/protobuf"),
+        ("slow", "http/protobuf"),
+        ("garbage", "http/protobuf"),
+        ("down", "grpc"),
+        ("slow", "grpc"),
+    ],
+)
+def test_a_bad_collector_costs_the_run_nothing(llm: FakeLLM, config: Path, behaviour: str, protocol: str) -> None:
+    """Down (nothing listens), slow (never answers) or garbage, over HTTP or gRPC: the run succeeds and ends within
+    the bound."""
     if behaviour == "down":
-        result, took = exported_run(llm, config, f"http://127.0.0.1:{free_port()}")
+        result, took = exported_run(llm, config, f"http://127.0.0.1:{free_port()}", protocol)
     else:
-        with OtlpReceiver(behaviour) as receiver:  # type: ignore[arg-type]
-            result, took = exported_run(llm, config, receiver.url)
+        receiving = GrpcReceiver(behaviour) if protocol == "grpc" else OtlpReceiver(behaviour)  # type: ignore[arg-type]
+        with receiving as receiver:
+            result, took = exported_run(llm, config, receiver.url, protocol)
             assert receiver.received.requests > 0  # it was tried
     assert result.returncode == 0, result.stderr
     assert result.stdout == "It is evening in Tokyo.\n"
