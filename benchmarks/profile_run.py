@@ -59,7 +59,7 @@ async def measure() -> dict[str, Any]:
         env = {**os.environ, **model_env(base_url), **state_env}
         stats = Path(state) / "serve.prof"
         port = _free_port()
-        profiled = {**env, "META_AGENT_BENCH_PROFILE": str(stats)}
+        profiled = {**env, "BENCH_PROFILE_FILE": str(stats)}
         with _serving(config, port, profiled, launcher=(str(HERE / "profiled_serve.py"),)) as server:
             url = f"http://127.0.0.1:{port}"
             await _wait_healthy(url)

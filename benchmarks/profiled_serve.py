@@ -1,5 +1,5 @@
 """`meta-agent ARGS...` with cProfile switched on by SIGUSR1 and off by SIGUSR2, which writes the profile to the file
-META_AGENT_BENCH_PROFILE names: a profile of the bursts alone, not of the start (benchmarks/profile_run.py)."""
+BENCH_PROFILE_FILE names: a profile of the bursts alone, not of the start (benchmarks/profile_run.py)."""
 
 import cProfile
 import os
@@ -13,7 +13,7 @@ if __name__ == "__main__":
 
     def stop(*_: object) -> None:
         profile.disable()
-        profile.dump_stats(os.environ["META_AGENT_BENCH_PROFILE"])
+        profile.dump_stats(os.environ["BENCH_PROFILE_FILE"])
 
     signal.signal(signal.SIGUSR1, lambda *_: profile.enable())
     signal.signal(signal.SIGUSR2, stop)
