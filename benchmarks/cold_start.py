@@ -17,11 +17,24 @@ from typing import Any
 
 import anyio
 from common import HERE, QUIET, bench_config, clock, spread
+from concurrency import baseline_source
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 CHILDREN = (1, 4, 8)
 READY_TIMEOUT = 120
+# The code before the OpenTelemetry SDK set-up and the GenAI spans and metrics (issue 35): with telemetry off, the
+# first answer is to be what it was then.
+BEFORE_TELEMETRY = "94e2ed7"
+TELEMETRY_ON = "meta-agent, 1 children, telemetry on"
+BEFORE = f"meta-agent at {BEFORE_TELEMETRY} (before telemetry), 1 children"
+# Telemetry configured: the SDK and its OTLP exporters are imported and set up before the first answer. The
+# collector (a port nothing listens on) is never reached before it: spans leave in batches, from a thread.
+OTEL_ON = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+    "OTEL_BSP_SCHEDULE_DELAY": "60000",
+    "OTEL_METRIC_EXPORT_INTERVAL": "60000",
+}
 
 
 async def _first_answer(args: list[str]) -> float:
@@ -37,13 +50,16 @@ async def bare() -> dict[str, float]:
     return {"first answer": first}
 
 
-async def meta_agent(children: int) -> dict[str, float]:
+async def meta_agent(children: int, extra: dict[str, str] | None = None) -> dict[str, float]:
+    """meta-agent's first answer and all its children ready; `extra`: more environment (PYTHONPATH for other code,
+    OTEL_* variables)."""
     with tempfile.TemporaryDirectory() as state:
         config, env = bench_config(state, children=children)
-        args = ["-m", "meta_agent", "serve", "--config", str(config), "--log-level", "warning"]
+        args = ["-m", "meta_agent", "serve", "--config", str(config), "--log-level", "error"]
         started = clock()
-        params = StdioServerParameters(command=sys.executable, args=args, env=env)
-        async with Client(stdio_client(params)) as client:
+        params = StdioServerParameters(command=sys.executable, args=args, env=env | (extra or {}))
+        # a configured exporter whose collector is away says so at the end, where the client stops it: not shown
+        async with Client(stdio_client(params, errlog=QUIET if extra else sys.stderr)) as client:
             await client.list_tools()
             first = clock() - started
             with anyio.fail_after(READY_TIMEOUT):
@@ -110,24 +126,36 @@ async def measure(rounds: int) -> dict[str, Any]:
 
     ratios: dict[str, list[float]] = {}
     listed: dict[str, list[float]] = {}
-    for _ in range(rounds):
-        yardstick = await bare()
-        add("bare MCPServer", yardstick)
-        for n in CHILDREN:
-            ours = await meta_agent(n)
-            add(f"meta-agent, {n} children", ours)
-            add(f"FastMCP 4.1 proxy, {n} children", await fastmcp(n))
-            theirs = per[f"FastMCP 4.1 proxy, {n} children: first answer"][-1] / 1000
-            first = ours["first answer"] / yardstick["first answer"]
-            ratios.setdefault(f"meta-agent, {n} children", []).append(first)
-            listed.setdefault(f"{n} children", []).append(ours["all children ready"] / theirs)
-        add("imports of meta-agent serve", {"seconds": await _imports(SERVE_IMPORTS)})
-        add("imports of a bare MCPServer", {"seconds": await _imports(BARE_IMPORTS)})
-        made, spent = await _dataclasses()
-        add("dataclasses of meta-agent serve's imports", {"seconds": spent})
-        per.setdefault("dataclasses of meta-agent serve's imports: made", []).append(made)
+    telemetry: dict[str, list[float]] = {}
+    with baseline_source(BEFORE_TELEMETRY) as before:
+        for _ in range(rounds):
+            yardstick = await bare()
+            add("bare MCPServer", yardstick)
+            for n in CHILDREN:
+                ours = await meta_agent(n)
+                add(f"meta-agent, {n} children", ours)
+                add(f"FastMCP 4.1 proxy, {n} children", await fastmcp(n))
+                theirs = per[f"FastMCP 4.1 proxy, {n} children: first answer"][-1] / 1000
+                first = ours["first answer"] / yardstick["first answer"]
+                ratios.setdefault(f"meta-agent, {n} children", []).append(first)
+                listed.setdefault(f"{n} children", []).append(ours["all children ready"] / theirs)
+            # beside the 1-child start of this round: telemetry on, and the code before telemetry (where git has it)
+            off = per["meta-agent, 1 children: first answer"][-1]
+            on = (await meta_agent(1, OTEL_ON))["first answer"] * 1000
+            add(TELEMETRY_ON, {"first answer": on / 1000})
+            telemetry.setdefault("telemetry on / telemetry off", []).append(on / off)
+            if before is not None:
+                then = (await meta_agent(1, {"PYTHONPATH": str(before)}))["first answer"] * 1000
+                add(BEFORE, {"first answer": then / 1000})
+                telemetry.setdefault("telemetry off / before telemetry", []).append(off / then)
+            add("imports of meta-agent serve", {"seconds": await _imports(SERVE_IMPORTS)})
+            add("imports of a bare MCPServer", {"seconds": await _imports(BARE_IMPORTS)})
+            made, spent = await _dataclasses()
+            add("dataclasses of meta-agent serve's imports", {"seconds": spent})
+            per.setdefault("dataclasses of meta-agent serve's imports: made", []).append(made)
     figures: dict[str, Any] = {name: spread(values) for name, values in per.items()}
     return figures | {
         "first answer / bare, per round": {name: spread(v) for name, v in ratios.items()},
         "all tools listed, meta-agent / FastMCP, per round": {name: spread(v) for name, v in listed.items()},
+        "telemetry, 1 child's first answer, per round": {name: spread(v) for name, v in telemetry.items()},
     }

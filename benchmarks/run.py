@@ -126,6 +126,25 @@ def _concurrency_why(profile: dict[str, Any] | None) -> str:
     )
 
 
+def _telemetry_line(telemetry: dict[str, Any]) -> str:
+    """The first answer (1 child) with telemetry off against the code before telemetry, and with it on."""
+    if not telemetry:
+        return "- Telemetry: not measured."
+    on = telemetry["telemetry on / telemetry off"]["median"]
+    line = (
+        f"- Telemetry on (an OTLP exporter configured: the OpenTelemetry SDK imported and set up before the first"
+        f" answer) / off, paired per round: {on:.2f}×."
+    )
+    if "telemetry off / before telemetry" not in telemetry:
+        return line + " (No code before telemetry: this copy has no git history to read it from.)"
+    off = telemetry["telemetry off / before telemetry"]["median"]
+    return line + (
+        f" Telemetry off / the code before telemetry ({cold_start.BEFORE_TELEMETRY}, from git, the same venv), paired"
+        f" per round: {off:.2f}×. Target: unchanged (within this machine's noise, ±10%):"
+        f" {verdict(0.9 <= off <= 1.1)}."
+    )
+
+
 def _import_gap(cs: dict[str, Any], first_rows: dict[str, Any], bare: float) -> str:
     """Why the first answer is later than a bare server's: how much of the gap is importing."""
     ours, theirs = cs.get("imports of meta-agent serve: seconds"), cs.get("imports of a bare MCPServer: seconds")
@@ -245,6 +264,7 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
     cs = dict(results["cold_start"])
     paired = cs.pop("first answer / bare, per round")
     listed = cs.pop("all tools listed, meta-agent / FastMCP, per round", {})
+    telemetry = cs.pop("telemetry, 1 child's first answer, per round", {})
     bare = cs["bare MCPServer: first answer"]["median"]
     first_rows = {name: f for name, f in cs.items() if name.endswith("first answer")}
     lines += [
@@ -286,6 +306,7 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
         " its children are ready).",
         "- With N children, all tools listed is bounded by CPU here: each echo child spends about a bare server's start"
         " importing the SDK, and 2 cores start at most 2 at a time.",
+        _telemetry_line(telemetry),
         "",
     ]
 
