@@ -181,6 +181,31 @@ async def test_contents_when_opted_in_are_redacted_and_bounded() -> None:
     assert str((tool.attributes or {})["gen_ai.tool.call.result"]).endswith("…")
 
 
+class _Untouchable(tuple[Any, ...]):
+    """Parts that fail the test if anything walks them."""
+
+    def __iter__(self) -> Any:
+        raise AssertionError("a message past the attribute's bound was walked")
+
+
+async def test_a_long_transcript_is_cut_before_it_is_encoded() -> None:
+    """A model call's 200,000 messages of 100,000 characters each (20 GB, were they encoded) give an attribute of the
+    bound, holding the first message; the messages past the bound are never walked."""
+    EXPORTER.clear()
+    spans = Spans(capture=True)
+    await spans(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:m", tools=()))
+    await spans(ev.ModelTurnStarted(step=1))
+    long = UserMessage.of("y" * 100_000)
+    past = UserMessage(parts=_Untouchable())
+    messages = (UserMessage.of("first"), long, *(past,) * 200_000)
+    await spans(ev.ModelRequested(step=1, request=ModelRequest(system="s", messages=messages)))
+    await spans(ev.RunFailed(run_id="r1", error="stopped", error_type="ProviderError"))
+    [chat] = by_name(EXPORTER.get_finished_spans())["chat m"]
+    sent = str((chat.attributes or {})["gen_ai.input.messages"])
+    assert len(sent) == MAX_ATTRIBUTE_CHARS and sent.endswith("…")
+    assert sent.startswith('[{"role": "user", "parts": [{"type": "text", "content": "first"}]}, ')
+
+
 async def test_no_contents_without_opting_in() -> None:
     EXPORTER.clear()
     await a_run(Spans(capture=False), argument="visible", result="result text")

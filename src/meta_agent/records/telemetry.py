@@ -233,7 +233,7 @@ class Spans:
     def _request_content(self, request: ModelRequest) -> dict[str, Any]:
         return {
             "gen_ai.system_instructions": self._json([_text(request.system)]),
-            "gen_ai.input.messages": self._json([_of(message) for message in request.messages]),
+            "gen_ai.input.messages": self._json(_of(message) for message in request.messages),  # only what fits
         }
 
     def _tool_started(self, event: ev.ToolCallStarted) -> None:
@@ -268,9 +268,10 @@ class Spans:
         return self._tracer.start_span(name, context=context, kind=kind, attributes=attributes)
 
     def _json(self, value: Any) -> str:
-        """`value` as the JSON of a content attribute, redacted and bounded; its strings are cut before encoding, so
-        a huge message costs no more than a short one."""
-        return clip(json.dumps(_cut(value), ensure_ascii=False, default=str), self._redact)
+        """`value` as the JSON of a content attribute, redacted and bounded; cut before encoding, so a huge message
+        or a long transcript costs no more than a short one."""
+        budget = _Budget(MAX_ATTRIBUTE_CHARS + _REDACT_MARGIN)  # the encoding only adds: what is past it is cut anyway
+        return clip(json.dumps(_cut(value, budget), ensure_ascii=False, default=str), self._redact)
 
     def _end_model(self, error_type: str, why: str) -> None:
         """End the model span that no response ended, as an error of `error_type` saying `why`."""
@@ -337,14 +338,40 @@ class _TracedModel:
             return await self.inner.complete(request)
 
 
-def _cut(value: Any) -> Any:
-    """`value` with each string cut to the attribute's bound (an image's base64 is never encoded whole)."""
+_END = object()
+
+
+class _Budget:
+    """Characters of content still to take into a content attribute."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def take(self, text: str) -> str:
+        taken = text[: max(self.left, 0)]
+        self.left -= max(len(taken), 1)  # each value costs at least one: an empty one too
+        return taken
+
+
+def _cut(value: Any, budget: _Budget) -> Any:
+    """`value` with no more content than `budget` has: a string cut where the budget ends, a mapping or list ended
+    there. What is past the attribute's bound is never walked, copied or encoded, however long the transcript, a
+    message or an image's base64."""
     if isinstance(value, str):
-        return value if len(value) <= MAX_ATTRIBUTE_CHARS else value[:MAX_ATTRIBUTE_CHARS]
+        return budget.take(value)
     if isinstance(value, Mapping):
-        return {str(key)[:MAX_ATTRIBUTE_CHARS]: _cut(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_cut(item) for item in value[:MAX_ATTRIBUTE_CHARS]]
+        cut: dict[str, Any] = {}
+        for key, item in value.items():
+            if budget.left <= 0:
+                break
+            cut[budget.take(str(key))] = _cut(item, budget)
+        return cut
+    if isinstance(value, list | tuple | Iterator):
+        items, rest = [], iter(value)
+        while budget.left > 0 and (item := next(rest, _END)) is not _END:  # none is taken past the budget
+            items.append(_cut(item, budget))
+        return items
+    budget.left -= 1
     return value
 
 
