@@ -257,7 +257,7 @@ class Spans:
             return
         span.set_attribute("meta_agent.ok", event.ok)
         if self._capture:
-            span.set_attribute("gen_ai.tool.call.result", self._json([_part(part) for part in event.result]))
+            span.set_attribute("gen_ai.tool.call.result", self._json(_part(part) for part in event.result))
         if not event.ok:
             span.set_attribute("error.type", "tool_error")
             span.set_status(Status(StatusCode.ERROR, clip(event.error or "tool error", self._redact)))
