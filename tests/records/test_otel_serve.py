@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from conftest import FAULT_SERVER, http_serving, openai_env
 from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
 from otlp_receiver import GrpcReceiver, OtlpReceiver, ReceivedSpan
-from raw_stdio import ENVELOPE, Era, RawHost
+from raw_stdio import ENVELOPE, Era, raw_serving
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="the otel extra is not installed")
 pytestmark = [pytest.mark.anyio, pytest.mark.processes]
@@ -112,22 +108,6 @@ def check_the_run(spans: list[ReceivedSpan]) -> dict[str, ReceivedSpan]:
     return {"run": run, "tool": tool, "sent": sent}
 
 
-@asynccontextmanager
-async def serving_stdio(config: Path, env: dict[str, str], era: Era, tmp_path: Path) -> AsyncIterator[RawHost]:
-    command = [sys.executable, "-m", "meta_agent", "serve", "--config", str(config)]
-    with (tmp_path / "stderr.log").open("w") as errors:
-        process = await anyio.open_process(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env
-        )
-    try:
-        yield RawHost(process, era)
-    finally:
-        with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.kill()
-            await process.aclose()
-
-
 @pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
 async def test_serve_on_stdio_exports_the_run_in_the_hosts_trace(llm: FakeLLM, tmp_path: Path, era: Era) -> None:
     """Over OTLP/HTTP: the run, its model calls and its tool call, the SDK's call to the child and the child's own
@@ -135,7 +115,7 @@ async def test_serve_on_stdio_exports_the_run_in_the_hosts_trace(llm: FakeLLM, t
     script(llm)
     with OtlpReceiver() as receiver:
         env = environ(llm, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url)
-        async with serving_stdio(servers_json(tmp_path, receiver.url), env, era, tmp_path) as host:
+        async with raw_serving(tmp_path, era, env, servers_json(tmp_path, receiver.url)) as host:
             await host.handshake()
             params = {"name": "agent", "arguments": {"task": "who are you?"}, "_meta": {"traceparent": TRACEPARENT}}
             answer = await host.request("tools/call", params)

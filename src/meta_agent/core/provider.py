@@ -38,3 +38,23 @@ class Provider(Protocol):
             ProviderError: a subclass naming what failed; transient failures were already retried by the SDK.
         """
         ...
+
+
+class WrappedProvider:
+    """A model around the run's own, for what it adds to each call (a durable step, a span made current): the
+    wrapped model's name and abilities. The engine owns the wrapped model and closes it, so closing this does
+    nothing. A subclass defines `complete`."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def accepts_images(self) -> bool:
+        return self.inner.accepts_images
+
+    async def aclose(self) -> None:
+        return None

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from meta_agent.core.messages import ModelRequest, ModelResponse, ToolCall
-from meta_agent.core.provider import Provider
+from meta_agent.core.provider import Provider, WrappedProvider
 from meta_agent.core.tool_call import READ_RESULT, Approver, Asking, Verdict
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
@@ -136,23 +136,12 @@ class _Drawn:
     step: Any
 
 
-class _Model:
+class _Model(WrappedProvider):
     """A model whose every answer is a step; the answer's tool calls get their step numbers at once."""
 
     def __init__(self, inner: Provider, steps: RunSteps) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.steps = steps
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def accepts_images(self) -> bool:
-        return self.inner.accepts_images
-
-    async def aclose(self) -> None:  # the engine owns the model
-        return None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if self.steps.in_tool_call:  # a tool asking the run's model (describe_image): within that tool's step

@@ -36,7 +36,7 @@ from meta_agent.core.messages import (
     ToolMessage,
     UserMessage,
 )
-from meta_agent.core.provider import Provider
+from meta_agent.core.provider import Provider, WrappedProvider
 from meta_agent.core.tool_step import ToolRunner
 from meta_agent.core.tools import ProgressFn, RunContext, ToolOutcome, ToolSpec
 
@@ -315,23 +315,12 @@ class _TracedRunner:
             return await self.inner.call(spec, arguments, on_progress, context=context)
 
 
-class _TracedModel:
+class _TracedModel(WrappedProvider):
     """A model whose calls run with their `chat` spans current."""
 
     def __init__(self, inner: Provider, spans: Spans) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.spans = spans
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def accepts_images(self) -> bool:
-        return self.inner.accepts_images
-
-    async def aclose(self) -> None:  # the engine owns the model
-        return None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         with self.spans.current_model():
