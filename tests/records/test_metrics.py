@@ -171,3 +171,31 @@ def test_nothing_of_the_sdk_is_imported_without_configuration(module: str) -> No
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+async def test_made_up_methods_are_one_series(recorded: dict[str, list[Any]]) -> None:
+    """A hostile host's thousands of made-up method names, each matching the pattern of a method name, are not
+    thousands of series of mcp.server.operation.duration: what the server does not serve is _OTHER."""
+    from mcp.shared.exceptions import MCPError
+
+    from meta_agent.front.server_metrics import time_each_request
+
+    async def not_found(ctx: Any) -> Any:
+        raise MCPError(code=-32601, message="Method not found", data=ctx.method)
+
+    async def dropped(ctx: Any) -> Any:
+        return None  # an unhandled notification
+
+    async def answered(ctx: Any) -> Any:
+        return {}
+
+    for index in range(50):
+        name = "".join(chr(ord("a") + int(digit)) for digit in str(index))  # a name of letters, as the pattern has
+        with pytest.raises(MCPError):
+            await time_each_request(SimpleNamespace(method=f"made/{name}", request_id=index), not_found)  # type: ignore[arg-type]
+        await time_each_request(SimpleNamespace(method=f"notifications/{name}", request_id=None), dropped)  # type: ignore[arg-type]
+    await time_each_request(SimpleNamespace(method="tasks/get", request_id=1), answered)  # type: ignore[arg-type]
+    await time_each_request(SimpleNamespace(method="notifications/initialized", request_id=None), dropped)  # type: ignore[arg-type]
+    found = read(recorded)
+    methods = {point.attributes["mcp.method.name"] for point in found["mcp.server.operation.duration"]}
+    assert methods == {"_OTHER", "tasks/get", "notifications/initialized"}, methods

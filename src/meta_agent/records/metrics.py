@@ -30,7 +30,8 @@ OTHER = "_OTHER"  # the conventions' error.type when there is no better low-card
 # The bucket boundaries the GenAI conventions advise (durations in seconds, token counts).
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 TOKEN_BUCKETS = tuple(4.0**power for power in range(14))  # 1, 4, 16, ... 67,108,864
-# An MCP method name is one of a few dozen; anything else a caller sends is counted as OTHER, never as itself.
+# The shape of an MCP method name: anything else is counted as OTHER, never as itself (and a method the server does
+# not serve is OTHER too: front/server_metrics.py).
 METHOD_NAME = re.compile(r"[a-z][a-zA-Z_/]{0,63}")
 LABEL_LIMIT = 64  # a label taken from an error is cut: an attribute's values are few and short
 
