@@ -69,7 +69,7 @@ def result(stop_reason: str) -> Any:
 async def test_a_fallback_chain_measures_each_model_and_counts_the_run(recorded: dict[str, list[Any]]) -> None:
     clock = Clock()
     sink = Metrics(clock)
-    await sink(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:first", tools=()))
+    await sink(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:first", tools=("time.now",)))
     await sink(ev.ModelTurnStarted(step=1))
     await sink(ev.ModelRequested(step=1, request=None))  # type: ignore[arg-type]
     clock.now += 2.0
@@ -199,3 +199,26 @@ async def test_made_up_methods_are_one_series(recorded: dict[str, list[Any]]) ->
     found = read(recorded)
     methods = {point.attributes["mcp.method.name"] for point in found["mcp.server.operation.duration"]}
     assert methods == {"_OTHER", "tasks/get", "notifications/initialized"}, methods
+
+
+async def test_a_tool_the_run_does_not_have_is_one_series(recorded: dict[str, list[Any]]) -> None:
+    """A model calling a tool of a made-up name on every call (a hostile endpoint) makes no series per name."""
+    sink = Metrics(Clock())
+    await sink(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:m", tools=("k.t",)))
+    for index in range(20):
+        await sink(ev.ToolCallFinished(step=1, call_id=f"c{index}", name=f"made-up-{index}", ok=False, duration_ms=1))
+    await sink(ev.ToolCallFinished(step=1, call_id="c", name="k.t", ok=True, duration_ms=1))
+    found = read(recorded)
+    names = {point.attributes["gen_ai.tool.name"]: point.value for point in found["meta_agent.tool_calls"]}
+    assert names == {"_OTHER": 20, "k.t": 1}
+
+
+def test_a_child_call_bounds_its_names(recorded: dict[str, list[Any]]) -> None:
+    """A child's tool of a name of a megabyte is not a metric attribute of a megabyte."""
+    from meta_agent.records.metrics import child_call
+
+    with child_call("s" * 1_000_000, "t" * 1_000_000) as note:
+        note({})
+    found = read(recorded)
+    [point] = found["mcp.client.operation.duration"]
+    assert all(len(str(value)) <= 64 for value in point.attributes.values())

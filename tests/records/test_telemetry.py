@@ -5,6 +5,7 @@ bounded."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -224,3 +225,21 @@ def test_a_malformed_traceparent_names_no_parent(traceparent: str) -> None:
 def test_a_traceparent_names_its_trace() -> None:
     context = parent_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v")
     assert context is not None
+
+
+async def test_a_huge_tool_name_is_bounded_in_the_span() -> None:
+    """A model that calls a tool of a name of a megabyte (no such tool), or a child that lists one: the span's name
+    and attributes are bounded as any."""
+    EXPORTER.clear()
+    spans = Spans(capture=False)
+    huge = "n" * 1_000_000
+    await spans(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:m", tools=("k.t",)))
+    for call_id, server in (("c1", None), ("c2", "k" * 1_000_000)):
+        await spans(ev.ToolCallStarted(step=1, call_id=call_id, name=huge, arguments={}, server=server))
+        await spans(ev.ToolCallFinished(step=1, call_id=call_id, name=huge, ok=False, duration_ms=1, error="no"))
+    await spans(ev.RunFinished(result=SimpleNamespace(stop_reason="final")))  # type: ignore[arg-type]
+    finished = EXPORTER.get_finished_spans()
+    assert len(finished) == 3
+    assert all(len(span.name) <= len("execute_tool ") + MAX_ATTRIBUTE_CHARS for span in finished)
+    values = [value for span in finished for value in (span.attributes or {}).values() if isinstance(value, str)]
+    assert all(len(value) <= MAX_ATTRIBUTE_CHARS for value in values)

@@ -97,12 +97,13 @@ class Metrics:
         self._clock = clock
         self._model = ""  # the model the run calls now: the chain's next after each switch
         self._mode = ""
+        self._tools: frozenset[str] = frozenset()  # the run's tools: a name the model made up is OTHER
         self._call_started: float | None = None  # a model call in flight since then
 
     async def __call__(self, event: ev.Event) -> None:
         match event:
-            case ev.RunStarted(model=model, mode=mode):
-                self._model, self._mode = model, mode
+            case ev.RunStarted(model=model, mode=mode, tools=tools):
+                self._model, self._mode, self._tools = model, mode, frozenset(tools)
             case ev.ModelRequested():
                 self._call_started = self._clock()
             case ev.ModelSwitched(failed=failed, brief=brief, next=following, error_type=error_type):
@@ -120,7 +121,8 @@ class Metrics:
                 self._end_call(self._model, error=limit)
             case ev.ToolCallFinished(name=name, ok=ok):
                 outcome = "ok" if ok else "error"
-                instruments().tool_calls.add(1, {"gen_ai.tool.name": label(name), "meta_agent.outcome": outcome})
+                tool = label(name) if name in self._tools else OTHER
+                instruments().tool_calls.add(1, {"gen_ai.tool.name": tool, "meta_agent.outcome": outcome})
             case ev.RunFinished(result=result):
                 self._end_run(result.stop_reason)
             case ev.RunFailed(error_type=error_type):
@@ -165,7 +167,7 @@ def child_call(server: str, tool: str) -> Iterator[Callable[[T], T]]:
     """Time a call to `tool` of the child `server` (mcp.client.operation.duration). The body passes the result
     through what this yields, which notes a tool error; an exception leaving the body is the call's error.type."""
     started = time.monotonic()
-    attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": tool, "meta_agent.server": server}
+    attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": label(tool), "meta_agent.server": label(server)}
     outcome: dict[str, str] = {}
 
     def result_of(result: T) -> T:

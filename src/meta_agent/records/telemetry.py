@@ -237,19 +237,20 @@ class Spans:
         }
 
     def _tool_started(self, event: ev.ToolCallStarted) -> None:
+        name = clip(event.name)  # a child's, or the model's for a tool there is none of: any length
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": event.name,
+            "gen_ai.tool.name": name,
             "gen_ai.tool.call.id": clip(event.call_id),
             "gen_ai.tool.type": "function" if event.server is None else "extension",
             "meta_agent.step": event.step,
         }
         if event.server is not None:  # a child's tool: the MCP call it makes
             attributes["mcp.method.name"] = "tools/call"
-            attributes["meta_agent.server"] = event.server
+            attributes["meta_agent.server"] = clip(event.server)
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = self._json(dict(event.arguments))
-        self._tools[event.call_id] = self._child(f"execute_tool {event.name}", SpanKind.INTERNAL, attributes)
+        self._tools[event.call_id] = self._child(f"execute_tool {name}", SpanKind.INTERNAL, attributes)
 
     def _tool_finished(self, event: ev.ToolCallFinished) -> None:
         span = self._tools.pop(event.call_id, None)
