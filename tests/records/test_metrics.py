@@ -3,6 +3,7 @@ imported or set up without configuration."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -222,3 +223,38 @@ def test_a_child_call_bounds_its_names(recorded: dict[str, list[Any]]) -> None:
     found = read(recorded)
     [point] = found["mcp.client.operation.duration"]
     assert all(len(str(value)) <= 64 for value in point.attributes.values())
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "nan"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "inf"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1"),
+        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "5s"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-5"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "10"),  # fewer than a batch (512): the SDK refuses it
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "0"),
+        ("OTEL_METRIC_EXPORT_TIMEOUT", "x"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it(variable: str, value: str) -> None:
+    """An operator's nonsense OTEL_* setting: no traceback, no silent fallback, but one line naming the variable,
+    and no telemetry set up from it."""
+    code = (
+        "import os\nfrom meta_agent.records.otel_setup import start\nprint('started:', start(os.environ) is not None)\n"
+    )
+    env = {
+        **{name: text for name, text in os.environ.items() if not name.startswith("OTEL_")},
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        variable: value,
+    }
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, env=env)
+    said = done.stdout + done.stderr
+    assert "Traceback" not in said
+    assert "started: False" in said
+    assert [line for line in said.splitlines() if variable in line]

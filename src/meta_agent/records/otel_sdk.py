@@ -21,21 +21,29 @@ def install(protocols: dict[str, str], timeouts: dict[str, float], resource: dic
     OTLP exporters bounded by `timeouts` (signal: seconds); returns the providers, to shut down at the end. They
     register no `atexit` handler: the caller shuts them down within a bound of its own."""
     described = Resource.create(resource)
+    tracer_provider: TracerProvider | None = None
+    try:  # both made before either is set: settings the SDK refuses (a ValueError) leave nothing set up, or running
+        if "traces" in protocols:
+            exporter = _span_exporter(protocols["traces"], timeouts["traces"])
+            processor = BatchSpanProcessor(exporter, export_timeout_millis=timeouts["traces"] * 1000)
+            tracer_provider = TracerProvider(resource=described, shutdown_on_exit=False)
+            tracer_provider.add_span_processor(processor)
+        meter_provider = None
+        if "metrics" in protocols:
+            reader = PeriodicExportingMetricReader(
+                _metric_exporter(protocols["metrics"], timeouts["metrics"]),
+                export_timeout_millis=timeouts["metrics"] * 1000,
+            )
+            meter_provider = MeterProvider(resource=described, metric_readers=[reader], shutdown_on_exit=False)
+    except ValueError:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()
+        raise
     providers: list[Any] = []
-    if "traces" in protocols:
-        tracer_provider = TracerProvider(resource=described, shutdown_on_exit=False)
-        exporter = _span_exporter(protocols["traces"], timeouts["traces"])
-        tracer_provider.add_span_processor(
-            BatchSpanProcessor(exporter, export_timeout_millis=timeouts["traces"] * 1000)
-        )
+    if tracer_provider is not None:
         trace.set_tracer_provider(tracer_provider)
         providers.append(tracer_provider)
-    if "metrics" in protocols:
-        reader = PeriodicExportingMetricReader(
-            _metric_exporter(protocols["metrics"], timeouts["metrics"]),
-            export_timeout_millis=timeouts["metrics"] * 1000,
-        )
-        meter_provider = MeterProvider(resource=described, metric_readers=[reader], shutdown_on_exit=False)
+    if meter_provider is not None:
         metrics.set_meter_provider(meter_provider)
         providers.append(meter_provider)
     return providers
