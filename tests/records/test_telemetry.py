@@ -243,3 +243,16 @@ async def test_a_huge_tool_name_is_bounded_in_the_span() -> None:
     assert all(len(span.name) <= len("execute_tool ") + MAX_ATTRIBUTE_CHARS for span in finished)
     values = [value for span in finished for value in (span.attributes or {}).values() if isinstance(value, str)]
     assert all(len(value) <= MAX_ATTRIBUTE_CHARS for value in values)
+
+
+async def test_a_secret_with_quotes_and_accents_is_redacted_in_contents() -> None:
+    """A password of non-ASCII letters and a quote or backslash: the content attributes are JSON that keeps the
+    letters as they are and escapes the quote, which is neither form of the secret the redactor knew."""
+    EXPORTER.clear()
+    secret = 'pässwört"\\12345'
+    spans = Spans(redact=Redactor([secret]), capture=True)
+    await a_run(spans, argument=secret, result=secret, error=secret)
+    finished = EXPORTER.get_finished_spans()
+    texts = [str(value) for span in finished for value in (span.attributes or {}).values()]
+    texts += [span.status.description or "" for span in finished]
+    assert not any("pässwört" in text for text in texts)
