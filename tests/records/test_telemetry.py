@@ -256,3 +256,20 @@ async def test_a_secret_with_quotes_and_accents_is_redacted_in_contents() -> Non
     texts = [str(value) for span in finished for value in (span.attributes or {}).values()]
     texts += [span.status.description or "" for span in finished]
     assert not any("pässwört" in text for text in texts)
+
+
+async def test_the_run_span_ends_when_the_callers_sink_fails(tmp_path: Path, llm: FakeLLM) -> None:
+    """A caller's sink that raises (a host gone while its progress is sent): the run ends with the error, and its
+    span and the model call's end with it, not left open for good."""
+    EXPORTER.clear()
+    llm.reply(openai_reply("never read"))
+
+    async def gone(event: ev.Event) -> None:
+        if not isinstance(event, ev.RunStarted):
+            raise RuntimeError("the host went away")
+
+    async with Engine(Settings(model="openai:fake-model", trace_dir=tmp_path), {}, openai_env(llm)) as engine:
+        with pytest.raises(RuntimeError):
+            await engine.run("t", mode="agent", emit=gone)
+    [run] = by_name(EXPORTER.get_finished_spans())["invoke_agent meta-agent"]
+    assert run.status.status_code == StatusCode.ERROR
