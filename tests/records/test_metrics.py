@@ -258,3 +258,11 @@ def test_a_bad_setting_is_one_line_naming_it(variable: str, value: str) -> None:
     assert "Traceback" not in said
     assert "started: False" in said
     assert [line for line in said.splitlines() if variable in line]
+
+
+def test_a_label_is_valid_utf8() -> None:
+    """Half a character (a model endpoint's JSON may escape one) is no attribute OTLP cannot encode, each export
+    after logging a traceback for it."""
+    from meta_agent.records.metrics import label
+
+    assert label("model-\ud800").encode("utf-8") == b"model-?"

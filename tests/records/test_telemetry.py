@@ -273,3 +273,30 @@ async def test_the_run_span_ends_when_the_callers_sink_fails(tmp_path: Path, llm
             await engine.run("t", mode="agent", emit=gone)
     [run] = by_name(EXPORTER.get_finished_spans())["invoke_agent meta-agent"]
     assert run.status.status_code == StatusCode.ERROR
+
+
+async def test_a_lone_surrogate_does_not_sink_the_export() -> None:
+    """A model endpoint's JSON may escape half a character ("\\ud800"), which Python decodes as a lone surrogate, in
+    a tool's name or its response's model: OTLP cannot encode that, and a span name it cannot encode failed the whole
+    batch, the other runs' spans with it. What goes out is valid UTF-8."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    EXPORTER.clear()
+    spans = Spans(capture=True)
+    half = "\ud800"
+    await spans(ev.RunStarted(run_id="r1", mode="agent", task=f"t{half}", model="openai:m", tools=()))
+    await spans(ev.ModelTurnStarted(step=1))
+    response = ModelResponse(text=f"a{half}", model=f"m{half}", id=f"i{half}", finish_reasons=(f"s{half}",))
+    await spans(
+        ev.ModelResponded(
+            step=1, text="", tool_calls=(), input_tokens=1, output_tokens=1, duration_ms=1, response=response
+        )
+    )
+    await spans(ev.ToolCallStarted(step=2, call_id=f"c{half}", name=f"t{half}", arguments={f"k{half}": half}))
+    await spans(ev.ToolCallFinished(step=2, call_id=f"c{half}", name=f"t{half}", ok=False, duration_ms=1, error=half))
+    await spans(ev.RunFailed(run_id="r1", error=f"failed {half}", error_type="ProviderError"))
+    finished = EXPORTER.get_finished_spans()
+    encode_spans(finished).SerializeToString()  # raises where a span's name or status cannot be encoded
+    for span in finished:
+        for value in (span.name, span.status.description or "", *map(str, (span.attributes or {}).values())):
+            value.encode("utf-8")

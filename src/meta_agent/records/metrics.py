@@ -78,9 +78,10 @@ def instruments() -> _Instruments:
 
 
 def label(text: str) -> str:
-    """`text` as an attribute value of a metric: one short line."""
-    line = " ".join(text.split())
-    return line[:LABEL_LIMIT] or OTHER
+    """`text` as an attribute value of a metric: one short line of valid UTF-8 (half a character is `?`: OTLP
+    cannot encode it)."""
+    line = " ".join(text[: LABEL_LIMIT * 4].split())[:LABEL_LIMIT]
+    return line.encode("utf-8", "replace").decode("utf-8") or OTHER
 
 
 def model_attributes(model: str) -> dict[str, str]:

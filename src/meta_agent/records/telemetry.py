@@ -63,11 +63,16 @@ def capture_content(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def clip(text: str, redact: Redact = _same) -> str:
-    """`text` redacted and cut to `MAX_ATTRIBUTE_CHARS`, a cut one ending in `…`."""
+    """`text` redacted and cut to `MAX_ATTRIBUTE_CHARS`, a cut one ending in `…`; valid UTF-8 (half a character,
+    which JSON can escape, is `?`): OTLP cannot encode it, and a span name it cannot encode sinks its whole batch."""
     if len(text) <= MAX_ATTRIBUTE_CHARS:
-        return redact(text)
+        return _utf8(redact(text))
     head = redact(text[: MAX_ATTRIBUTE_CHARS + _REDACT_MARGIN])
-    return head[: MAX_ATTRIBUTE_CHARS - 1] + "…"
+    return _utf8(head[: MAX_ATTRIBUTE_CHARS - 1]) + "…"
+
+
+def _utf8(text: str) -> str:
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
 def provider_and_model(name: str) -> tuple[str, str]:
