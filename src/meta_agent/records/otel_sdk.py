@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import requests
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
@@ -49,6 +50,24 @@ def install(protocols: dict[str, str], timeouts: dict[str, float], resource: dic
     return providers
 
 
+# The most of a collector's answer read: the exporters need its status only (and a small protobuf at most), and an
+# answer of hundreds of MB, or an endless one, would otherwise be read whole into memory.
+ANSWER_BYTES = 64 * 1024
+
+
+class _BoundedSession(requests.Session):
+    """A requests session for the OTLP/HTTP exporters that reads at most ANSWER_BYTES of an answer."""
+
+    def request(self, *args: Any, **kwargs: Any) -> requests.Response:
+        kwargs["stream"] = True
+        response = super().request(*args, **kwargs)
+        try:
+            response._content = next(response.iter_content(ANSWER_BYTES), b"")[:ANSWER_BYTES]
+        finally:
+            response.close()  # the rest is never read: the connection is dropped, not pooled
+        return response
+
+
 def _span_exporter(protocol: str, timeout: float) -> SpanExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
@@ -56,7 +75,7 @@ def _span_exporter(protocol: str, timeout: float) -> SpanExporter:
         return GrpcSpans(timeout=timeout)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
 
-    return HttpSpans(timeout=timeout)
+    return HttpSpans(timeout=timeout, session=_BoundedSession())
 
 
 def _metric_exporter(protocol: str, timeout: float) -> MetricExporter:
@@ -66,4 +85,4 @@ def _metric_exporter(protocol: str, timeout: float) -> MetricExporter:
         return GrpcMetrics(timeout=timeout)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
 
-    return HttpMetrics(timeout=timeout)
+    return HttpMetrics(timeout=timeout, session=_BoundedSession())
