@@ -300,3 +300,18 @@ async def test_a_lone_surrogate_does_not_sink_the_export() -> None:
     for span in finished:
         for value in (span.name, span.status.description or "", *map(str, (span.attributes or {}).values())):
             value.encode("utf-8")
+
+
+async def test_two_calls_of_one_id_each_end_their_span() -> None:
+    """A model that gives two calls of a step the same id (nothing makes ids unique): both spans end, neither is
+    left open for good."""
+    EXPORTER.clear()
+    spans = Spans(capture=False)
+    await spans(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:m", tools=("k.a", "k.b")))
+    for name in ("k.a", "k.b"):
+        await spans(ev.ToolCallStarted(step=1, call_id="same", name=name, arguments={}, server="k"))
+    for name in ("k.a", "k.b"):
+        await spans(ev.ToolCallFinished(step=1, call_id="same", name=name, ok=True, duration_ms=1))
+    await spans(ev.RunFinished(result=SimpleNamespace(stop_reason="final")))  # type: ignore[arg-type]
+    named = by_name(EXPORTER.get_finished_spans())
+    assert len(named["execute_tool k.a"]) == len(named["execute_tool k.b"]) == 1

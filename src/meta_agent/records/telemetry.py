@@ -125,7 +125,8 @@ class Spans:
         self._model: Span | None = None
         self._model_name = ""  # the run's model as it is now: a fallback switches it
         self._turn: dict[str, Any] = {}  # the model turn's attributes, for the span of each model that tries it
-        self._tools: dict[str, Span] = {}
+        # the open tool spans by call id, each with its tool's name: a model may give two calls of a step one id
+        self._tools: dict[str, list[tuple[str, Span]]] = {}
 
     async def __call__(self, event: ev.Event) -> None:
         match event:
@@ -166,7 +167,8 @@ class Spans:
     @contextmanager
     def current(self, call_id: str) -> Iterator[None]:
         """The tool call `call_id`'s span (else the run's) made current: what a child's call sends on."""
-        span = self._tools.get(call_id) or self._run
+        opened = self._tools.get(call_id)
+        span = opened[-1][1] if opened else self._run
         if span is None:
             yield
             return
@@ -255,12 +257,18 @@ class Spans:
             attributes["meta_agent.server"] = clip(event.server)
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = self._json(dict(event.arguments))
-        self._tools[event.call_id] = self._child(f"execute_tool {name}", SpanKind.INTERNAL, attributes)
+        span = self._child(f"execute_tool {name}", SpanKind.INTERNAL, attributes)
+        self._tools.setdefault(event.call_id, []).append((event.name, span))
 
     def _tool_finished(self, event: ev.ToolCallFinished) -> None:
-        span = self._tools.pop(event.call_id, None)
-        if span is None:
+        opened = self._tools.get(event.call_id)
+        if not opened:
             return
+        # the call's of that name that started first (of one id and one name, which is which does not matter)
+        at = next((index for index, (name, _) in enumerate(opened) if name == event.name), 0)
+        span = opened.pop(at)[1]
+        if not opened:
+            del self._tools[event.call_id]
         span.set_attribute("meta_agent.ok", event.ok)
         if self._capture:
             span.set_attribute("gen_ai.tool.call.result", self._json(_part(part) for part in event.result))
@@ -288,7 +296,7 @@ class Spans:
             self._model = None
 
     def _end(self, stop_reason: str, error: str | None, error_type: str) -> None:
-        for span in self._tools.values():
+        for span in (span for opened in self._tools.values() for _, span in opened):
             span.set_status(Status(StatusCode.ERROR, f"run ended: {stop_reason}"))
             span.end()
         self._tools.clear()
