@@ -240,6 +240,7 @@ def test_a_child_call_bounds_its_names(recorded: dict[str, list[Any]]) -> None:
         ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0"),
         ("OTEL_METRIC_EXPORT_INTERVAL", "0"),
         ("OTEL_METRIC_EXPORT_TIMEOUT", "x"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "xml"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_it(variable: str, value: str) -> None:

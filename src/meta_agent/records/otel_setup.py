@@ -71,13 +71,29 @@ def plan(env: Mapping[str, str]) -> Plan | None:
         exporters = [name.strip().lower() for name in env.get(f"OTEL_{upper}_EXPORTER", "").split(",") if name.strip()]
         unsupported = [name for name in exporters if name not in ("otlp", "none")]
         if unsupported:
-            log.warning("otel_exporter_unsupported", signal=signal, exporter=",".join(unsupported), supported="otlp")
+            log.warning(
+                "otel_exporter_unsupported",
+                variable=f"OTEL_{upper}_EXPORTER",
+                exporter=",".join(unsupported),
+                supported="otlp",
+            )
         wanted = "otlp" in exporters if exporters else bool(_value(env, upper, "ENDPOINT"))
         if not wanted:
             continue
         protocol = (_value(env, upper, "PROTOCOL") or PROTOCOLS[0]).strip().lower()
         if protocol not in PROTOCOLS:
-            log.warning("otel_protocol_unsupported", signal=signal, protocol=protocol, supported=", ".join(PROTOCOLS))
+            variable = next(
+                name
+                for name in (f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+                if env.get(name, "").strip()
+            )
+            log.warning(
+                "otel_protocol_unsupported",
+                variable=variable,
+                signal=signal,
+                protocol=protocol,
+                supported=", ".join(PROTOCOLS),
+            )
             continue
         protocols[signal] = protocol
     if not protocols:
