@@ -315,3 +315,18 @@ async def test_two_calls_of_one_id_each_end_their_span() -> None:
     await spans(ev.RunFinished(result=SimpleNamespace(stop_reason="final")))  # type: ignore[arg-type]
     named = by_name(EXPORTER.get_finished_spans())
     assert len(named["execute_tool k.a"]) == len(named["execute_tool k.b"]) == 1
+
+
+@pytest.mark.parametrize("before", [3000, 3900, 4090])
+async def test_a_long_secret_at_the_cut_is_redacted_whole(before: int) -> None:
+    """A secret longer than the redaction's margin (a JWT, a private key in a server's env) where the attribute is
+    cut: no piece of it goes out."""
+    EXPORTER.clear()
+    secret = "".join(f"{index:04d}" for index in range(500))  # 2,000 characters, no run of them repeated
+    spans = Spans(redact=Redactor([secret]), capture=True)
+    await a_run(spans, argument="a", result="x" * before + secret, error="x" * before + secret)
+    finished = EXPORTER.get_finished_spans()
+    texts = [str(value) for span in finished for value in (span.attributes or {}).values()]
+    texts += [span.status.description or "" for span in finished]
+    pieces = {secret[start : start + 40] for start in range(0, len(secret) - 40, 20)}
+    assert not [text for text in texts if any(piece in text for piece in pieces)]

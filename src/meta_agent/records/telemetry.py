@@ -46,7 +46,9 @@ CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"  # the co
 # No attribute longer: a backend keeps a span whole, and a message or a result of megabytes never leaves the process
 # (the trace file keeps what it bounds itself).
 MAX_ATTRIBUTE_CHARS = 4096
-_REDACT_MARGIN = 256  # redacted this far past the cut, so a secret the cut splits is hidden whole
+# Redacted this far past the cut, so a secret the cut splits is hidden whole: a long one too (a JWT, a private key in
+# a server's env), as the trace files do (trace_values._MARGIN).
+_REDACT_MARGIN = 4096
 # gen_ai.provider.name by the META_AGENT_MODEL prefix: the conventions' well-known names, else the prefix as it is.
 PROVIDER_NAMES = {"gemini": "gcp.gemini", "sampling": "mcp.sampling"}
 
