@@ -3,6 +3,7 @@ imported or set up without configuration."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -69,7 +70,7 @@ def result(stop_reason: str) -> Any:
 async def test_a_fallback_chain_measures_each_model_and_counts_the_run(recorded: dict[str, list[Any]]) -> None:
     clock = Clock()
     sink = Metrics(clock)
-    await sink(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:first", tools=()))
+    await sink(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:first", tools=("time.now",)))
     await sink(ev.ModelTurnStarted(step=1))
     await sink(ev.ModelRequested(step=1, request=None))  # type: ignore[arg-type]
     clock.now += 2.0
@@ -171,3 +172,98 @@ def test_nothing_of_the_sdk_is_imported_without_configuration(module: str) -> No
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+async def test_made_up_methods_are_one_series(recorded: dict[str, list[Any]]) -> None:
+    """A hostile host's thousands of made-up method names, each matching the pattern of a method name, are not
+    thousands of series of mcp.server.operation.duration: what the server does not serve is _OTHER."""
+    from mcp.shared.exceptions import MCPError
+
+    from meta_agent.front.server_metrics import time_each_request
+
+    async def not_found(ctx: Any) -> Any:
+        raise MCPError(code=-32601, message="Method not found", data=ctx.method)
+
+    async def dropped(ctx: Any) -> Any:
+        return None  # an unhandled notification
+
+    async def answered(ctx: Any) -> Any:
+        return {}
+
+    for index in range(50):
+        name = "".join(chr(ord("a") + int(digit)) for digit in str(index))  # a name of letters, as the pattern has
+        with pytest.raises(MCPError):
+            await time_each_request(SimpleNamespace(method=f"made/{name}", request_id=index), not_found)  # type: ignore[arg-type]
+        await time_each_request(SimpleNamespace(method=f"notifications/{name}", request_id=None), dropped)  # type: ignore[arg-type]
+    await time_each_request(SimpleNamespace(method="tasks/get", request_id=1), answered)  # type: ignore[arg-type]
+    await time_each_request(SimpleNamespace(method="notifications/initialized", request_id=None), dropped)  # type: ignore[arg-type]
+    found = read(recorded)
+    methods = {point.attributes["mcp.method.name"] for point in found["mcp.server.operation.duration"]}
+    assert methods == {"_OTHER", "tasks/get", "notifications/initialized"}, methods
+
+
+async def test_a_tool_the_run_does_not_have_is_one_series(recorded: dict[str, list[Any]]) -> None:
+    """A model calling a tool of a made-up name on every call (a hostile endpoint) makes no series per name."""
+    sink = Metrics(Clock())
+    await sink(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:m", tools=("k.t",)))
+    for index in range(20):
+        await sink(ev.ToolCallFinished(step=1, call_id=f"c{index}", name=f"made-up-{index}", ok=False, duration_ms=1))
+    await sink(ev.ToolCallFinished(step=1, call_id="c", name="k.t", ok=True, duration_ms=1))
+    found = read(recorded)
+    names = {point.attributes["gen_ai.tool.name"]: point.value for point in found["meta_agent.tool_calls"]}
+    assert names == {"_OTHER": 20, "k.t": 1}
+
+
+def test_a_child_call_bounds_its_names(recorded: dict[str, list[Any]]) -> None:
+    """A child's tool of a name of a megabyte is not a metric attribute of a megabyte."""
+    from meta_agent.records.metrics import child_call
+
+    with child_call("s" * 1_000_000, "t" * 1_000_000) as note:
+        note({})
+    found = read(recorded)
+    [point] = found["mcp.client.operation.duration"]
+    assert all(len(str(value)) <= 64 for value in point.attributes.values())
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "nan"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "inf"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1"),
+        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "5s"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-5"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "10"),  # fewer than a batch (512): the SDK refuses it
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "0"),
+        ("OTEL_METRIC_EXPORT_TIMEOUT", "x"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "xml"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it(variable: str, value: str) -> None:
+    """An operator's nonsense OTEL_* setting: no traceback, no silent fallback, but one line naming the variable,
+    and no telemetry set up from it."""
+    code = (
+        "import os\nfrom meta_agent.records.otel_setup import start\nprint('started:', start(os.environ) is not None)\n"
+    )
+    env = {
+        **{name: text for name, text in os.environ.items() if not name.startswith("OTEL_")},
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        variable: value,
+    }
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, env=env)
+    said = done.stdout + done.stderr
+    assert "Traceback" not in said
+    assert "started: False" in said
+    assert [line for line in said.splitlines() if variable in line]
+
+
+def test_a_label_is_valid_utf8() -> None:
+    """Half a character (a model endpoint's JSON may escape one) is no attribute OTLP cannot encode, each export
+    after logging a traceback for it."""
+    from meta_agent.records.metrics import label
+
+    assert label("model-\ud800").encode("utf-8") == b"model-?"

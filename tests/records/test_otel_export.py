@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import TIME_COMMAND, free_port, openai_env
 from fake_llm import FakeLLM, openai_reply
-from otlp_receiver import GrpcReceiver, OtlpReceiver
+from otlp_receiver import ENDLESS_BYTES, GrpcReceiver, OtlpReceiver
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otel extra is not installed")
 
@@ -123,3 +123,21 @@ def test_a_bad_collector_costs_the_run_nothing(llm: FakeLLM, config: Path, behav
     assert result.returncode == 0, result.stderr
     assert result.stdout == "It is evening in Tokyo.\n"
     assert took < BOUND_S, f"the run took {took:.1f} s with a {behaviour} collector"
+
+
+def test_an_endless_answer_is_not_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collector (or whatever listens there) answering an export with HTTP 200 and a body of hundreds of MB, or an
+    endless one: the exporter's thread reads only a bound of it, not all of it into memory."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from meta_agent.records import otel_sdk
+
+    with OtlpReceiver("endless") as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{receiver.url}/v1/traces")
+        provider = TracerProvider(shutdown_on_exit=False)
+        provider.add_span_processor(SimpleSpanProcessor(otel_sdk._span_exporter("http/protobuf", 5.0)))
+        provider.get_tracer("t").start_span("s").end()  # exported here, in this thread
+        provider.shutdown()
+        assert receiver.received.requests == 1
+        assert receiver.sent < ENDLESS_BYTES // 4

@@ -5,6 +5,7 @@ bounded."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -224,3 +225,108 @@ def test_a_malformed_traceparent_names_no_parent(traceparent: str) -> None:
 def test_a_traceparent_names_its_trace() -> None:
     context = parent_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v")
     assert context is not None
+
+
+async def test_a_huge_tool_name_is_bounded_in_the_span() -> None:
+    """A model that calls a tool of a name of a megabyte (no such tool), or a child that lists one: the span's name
+    and attributes are bounded as any."""
+    EXPORTER.clear()
+    spans = Spans(capture=False)
+    huge = "n" * 1_000_000
+    await spans(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:m", tools=("k.t",)))
+    for call_id, server in (("c1", None), ("c2", "k" * 1_000_000)):
+        await spans(ev.ToolCallStarted(step=1, call_id=call_id, name=huge, arguments={}, server=server))
+        await spans(ev.ToolCallFinished(step=1, call_id=call_id, name=huge, ok=False, duration_ms=1, error="no"))
+    await spans(ev.RunFinished(result=SimpleNamespace(stop_reason="final")))  # type: ignore[arg-type]
+    finished = EXPORTER.get_finished_spans()
+    assert len(finished) == 3
+    assert all(len(span.name) <= len("execute_tool ") + MAX_ATTRIBUTE_CHARS for span in finished)
+    values = [value for span in finished for value in (span.attributes or {}).values() if isinstance(value, str)]
+    assert all(len(value) <= MAX_ATTRIBUTE_CHARS for value in values)
+
+
+async def test_a_secret_with_quotes_and_accents_is_redacted_in_contents() -> None:
+    """A password of non-ASCII letters and a quote or backslash: the content attributes are JSON that keeps the
+    letters as they are and escapes the quote, which is neither form of the secret the redactor knew."""
+    EXPORTER.clear()
+    secret = 'pässwört"\\12345'
+    spans = Spans(redact=Redactor([secret]), capture=True)
+    await a_run(spans, argument=secret, result=secret, error=secret)
+    finished = EXPORTER.get_finished_spans()
+    texts = [str(value) for span in finished for value in (span.attributes or {}).values()]
+    texts += [span.status.description or "" for span in finished]
+    assert not any("pässwört" in text for text in texts)
+
+
+async def test_the_run_span_ends_when_the_callers_sink_fails(tmp_path: Path, llm: FakeLLM) -> None:
+    """A caller's sink that raises (a host gone while its progress is sent): the run ends with the error, and its
+    span and the model call's end with it, not left open for good."""
+    EXPORTER.clear()
+    llm.reply(openai_reply("never read"))
+
+    async def gone(event: ev.Event) -> None:
+        if not isinstance(event, ev.RunStarted):
+            raise RuntimeError("the host went away")
+
+    async with Engine(Settings(model="openai:fake-model", trace_dir=tmp_path), {}, openai_env(llm)) as engine:
+        with pytest.raises(RuntimeError):
+            await engine.run("t", mode="agent", emit=gone)
+    [run] = by_name(EXPORTER.get_finished_spans())["invoke_agent meta-agent"]
+    assert run.status.status_code == StatusCode.ERROR
+
+
+async def test_a_lone_surrogate_does_not_sink_the_export() -> None:
+    """A model endpoint's JSON may escape half a character ("\\ud800"), which Python decodes as a lone surrogate, in
+    a tool's name or its response's model: OTLP cannot encode that, and a span name it cannot encode failed the whole
+    batch, the other runs' spans with it. What goes out is valid UTF-8."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    EXPORTER.clear()
+    spans = Spans(capture=True)
+    half = "\ud800"
+    await spans(ev.RunStarted(run_id="r1", mode="agent", task=f"t{half}", model="openai:m", tools=()))
+    await spans(ev.ModelTurnStarted(step=1))
+    response = ModelResponse(text=f"a{half}", model=f"m{half}", id=f"i{half}", finish_reasons=(f"s{half}",))
+    await spans(
+        ev.ModelResponded(
+            step=1, text="", tool_calls=(), input_tokens=1, output_tokens=1, duration_ms=1, response=response
+        )
+    )
+    await spans(ev.ToolCallStarted(step=2, call_id=f"c{half}", name=f"t{half}", arguments={f"k{half}": half}))
+    await spans(ev.ToolCallFinished(step=2, call_id=f"c{half}", name=f"t{half}", ok=False, duration_ms=1, error=half))
+    await spans(ev.RunFailed(run_id="r1", error=f"failed {half}", error_type="ProviderError"))
+    finished = EXPORTER.get_finished_spans()
+    encode_spans(finished).SerializeToString()  # raises where a span's name or status cannot be encoded
+    for span in finished:
+        for value in (span.name, span.status.description or "", *map(str, (span.attributes or {}).values())):
+            value.encode("utf-8")
+
+
+async def test_two_calls_of_one_id_each_end_their_span() -> None:
+    """A model that gives two calls of a step the same id (nothing makes ids unique): both spans end, neither is
+    left open for good."""
+    EXPORTER.clear()
+    spans = Spans(capture=False)
+    await spans(ev.RunStarted(run_id="r1", mode="agent", task="t", model="openai:m", tools=("k.a", "k.b")))
+    for name in ("k.a", "k.b"):
+        await spans(ev.ToolCallStarted(step=1, call_id="same", name=name, arguments={}, server="k"))
+    for name in ("k.a", "k.b"):
+        await spans(ev.ToolCallFinished(step=1, call_id="same", name=name, ok=True, duration_ms=1))
+    await spans(ev.RunFinished(result=SimpleNamespace(stop_reason="final")))  # type: ignore[arg-type]
+    named = by_name(EXPORTER.get_finished_spans())
+    assert len(named["execute_tool k.a"]) == len(named["execute_tool k.b"]) == 1
+
+
+@pytest.mark.parametrize("before", [3000, 3900, 4090])
+async def test_a_long_secret_at_the_cut_is_redacted_whole(before: int) -> None:
+    """A secret longer than the redaction's margin (a JWT, a private key in a server's env) where the attribute is
+    cut: no piece of it goes out."""
+    EXPORTER.clear()
+    secret = "".join(f"{index:04d}" for index in range(500))  # 2,000 characters, no run of them repeated
+    spans = Spans(redact=Redactor([secret]), capture=True)
+    await a_run(spans, argument="a", result="x" * before + secret, error="x" * before + secret)
+    finished = EXPORTER.get_finished_spans()
+    texts = [str(value) for span in finished for value in (span.attributes or {}).values()]
+    texts += [span.status.description or "" for span in finished]
+    pieces = {secret[start : start + 40] for start in range(0, len(secret) - 40, 20)}
+    assert not [text for text in texts if any(piece in text for piece in pieces)]

@@ -213,7 +213,8 @@ class Runs:
         the trace, telemetry and (durable) the run index; the trace is whole on disk before the result is returned."""
         trace = TraceWriter(self.trace_dir, self._redact)
         noted = None if self.durable is None else self.durable.noting(request.run_id)
-        sinks = [sink for sink in (emit, trace, spans, Metrics(), noted) if sink is not None]
+        # telemetry first: a caller's sink that raises (it ends the run) must not leave the run's spans open for good
+        sinks = [sink for sink in (spans, Metrics(), emit, trace, noted) if sink is not None]
 
         async def fan_out(event: Event) -> None:
             self._latest[request.run_id] = event

@@ -30,7 +30,8 @@ OTHER = "_OTHER"  # the conventions' error.type when there is no better low-card
 # The bucket boundaries the GenAI conventions advise (durations in seconds, token counts).
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 TOKEN_BUCKETS = tuple(4.0**power for power in range(14))  # 1, 4, 16, ... 67,108,864
-# An MCP method name is one of a few dozen; anything else a caller sends is counted as OTHER, never as itself.
+# The shape of an MCP method name: anything else is counted as OTHER, never as itself (and a method the server does
+# not serve is OTHER too: front/server_metrics.py).
 METHOD_NAME = re.compile(r"[a-z][a-zA-Z_/]{0,63}")
 LABEL_LIMIT = 64  # a label taken from an error is cut: an attribute's values are few and short
 
@@ -77,9 +78,10 @@ def instruments() -> _Instruments:
 
 
 def label(text: str) -> str:
-    """`text` as an attribute value of a metric: one short line."""
-    line = " ".join(text.split())
-    return line[:LABEL_LIMIT] or OTHER
+    """`text` as an attribute value of a metric: one short line of valid UTF-8 (half a character is `?`: OTLP
+    cannot encode it)."""
+    line = " ".join(text[: LABEL_LIMIT * 4].split())[:LABEL_LIMIT]
+    return line.encode("utf-8", "replace").decode("utf-8") or OTHER
 
 
 def model_attributes(model: str) -> dict[str, str]:
@@ -96,12 +98,13 @@ class Metrics:
         self._clock = clock
         self._model = ""  # the model the run calls now: the chain's next after each switch
         self._mode = ""
+        self._tools: frozenset[str] = frozenset()  # the run's tools: a name the model made up is OTHER
         self._call_started: float | None = None  # a model call in flight since then
 
     async def __call__(self, event: ev.Event) -> None:
         match event:
-            case ev.RunStarted(model=model, mode=mode):
-                self._model, self._mode = model, mode
+            case ev.RunStarted(model=model, mode=mode, tools=tools):
+                self._model, self._mode, self._tools = model, mode, frozenset(tools)
             case ev.ModelRequested():
                 self._call_started = self._clock()
             case ev.ModelSwitched(failed=failed, brief=brief, next=following, error_type=error_type):
@@ -119,7 +122,8 @@ class Metrics:
                 self._end_call(self._model, error=limit)
             case ev.ToolCallFinished(name=name, ok=ok):
                 outcome = "ok" if ok else "error"
-                instruments().tool_calls.add(1, {"gen_ai.tool.name": label(name), "meta_agent.outcome": outcome})
+                tool = label(name) if name in self._tools else OTHER
+                instruments().tool_calls.add(1, {"gen_ai.tool.name": tool, "meta_agent.outcome": outcome})
             case ev.RunFinished(result=result):
                 self._end_run(result.stop_reason)
             case ev.RunFailed(error_type=error_type):
@@ -164,7 +168,7 @@ def child_call(server: str, tool: str) -> Iterator[Callable[[T], T]]:
     """Time a call to `tool` of the child `server` (mcp.client.operation.duration). The body passes the result
     through what this yields, which notes a tool error; an exception leaving the body is the call's error.type."""
     started = time.monotonic()
-    attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": tool, "meta_agent.server": server}
+    attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": label(tool), "meta_agent.server": label(server)}
     outcome: dict[str, str] = {}
 
     def result_of(result: T) -> T:

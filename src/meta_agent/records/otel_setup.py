@@ -16,12 +16,15 @@ unsent then is dropped. Without the `otel` extra installed, a configured exporte
 from __future__ import annotations
 
 import functools
+import math
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, ParamSpec
+from urllib.parse import urlsplit
 
 import anyio
 import structlog
@@ -35,6 +38,17 @@ DEFAULT_SERVICE = "meta-agent"
 EXPORT_TIMEOUT = 5.0  # seconds for one export request, unless OTEL_EXPORTER_OTLP_TIMEOUT (or the signal's) says
 SHUTDOWN_SECONDS = 2.0  # the most the end of a command waits for the last spans and metrics to go out
 EXTRA = "pip install 'meta-agent[otel]'"
+# The SDK's settings it reads from the environment itself, each a whole number above zero (milliseconds, or spans):
+# a bad one made it raise, or log a traceback and go on with its default.
+SDK_WHOLE_NUMBERS = (
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_EXPORT_TIMEOUT",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_METRIC_EXPORT_TIMEOUT",
+)
+_HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}")  # gRPC's endpoint may also be host:port
 
 P = ParamSpec("P")
 
@@ -57,13 +71,29 @@ def plan(env: Mapping[str, str]) -> Plan | None:
         exporters = [name.strip().lower() for name in env.get(f"OTEL_{upper}_EXPORTER", "").split(",") if name.strip()]
         unsupported = [name for name in exporters if name not in ("otlp", "none")]
         if unsupported:
-            log.warning("otel_exporter_unsupported", signal=signal, exporter=",".join(unsupported), supported="otlp")
+            log.warning(
+                "otel_exporter_unsupported",
+                variable=f"OTEL_{upper}_EXPORTER",
+                exporter=",".join(unsupported),
+                supported="otlp",
+            )
         wanted = "otlp" in exporters if exporters else bool(_value(env, upper, "ENDPOINT"))
         if not wanted:
             continue
         protocol = (_value(env, upper, "PROTOCOL") or PROTOCOLS[0]).strip().lower()
         if protocol not in PROTOCOLS:
-            log.warning("otel_protocol_unsupported", signal=signal, protocol=protocol, supported=", ".join(PROTOCOLS))
+            variable = next(
+                name
+                for name in (f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+                if env.get(name, "").strip()
+            )
+            log.warning(
+                "otel_protocol_unsupported",
+                variable=variable,
+                signal=signal,
+                protocol=protocol,
+                supported=", ".join(PROTOCOLS),
+            )
             continue
         protocols[signal] = protocol
     if not protocols:
@@ -80,18 +110,50 @@ def _value(env: Mapping[str, str], signal: str, name: str) -> str:
 
 def _timeout(env: Mapping[str, str], signal: str) -> float:
     """The export timeout in seconds: the variable's value (the specification says milliseconds; the Python SDK
-    reads seconds, as here), else EXPORT_TIMEOUT."""
+    reads seconds, as here), else EXPORT_TIMEOUT. `_bad_settings` has checked it."""
+    return float(_value(env, signal, "TIMEOUT") or EXPORT_TIMEOUT)
+
+
+def _bad_settings(env: Mapping[str, str], wanted: Plan) -> list[str]:
+    """The variables of `env` that `wanted` would be set up from and that make no sense, each said in an error
+    line: a timeout that is not a number of seconds above zero, an endpoint that is not a URL, a setting of the
+    SDK's that is not a whole number above zero."""
+    bad: dict[str, str] = {}
+    for signal, protocol in wanted.protocols.items():
+        for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"):
+            if (value := env.get(name, "").strip()) and not _above_zero(value, float):
+                bad[name] = "a number of seconds above zero"
+        for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+            if (value := env.get(name, "").strip()) and not _endpoint(value, protocol):
+                bad[name] = "an http:// or https:// URL" + (" or host:port" if protocol == "grpc" else "")
+    for name in SDK_WHOLE_NUMBERS:
+        if (value := env.get(name, "").strip()) and not _above_zero(value, int):
+            bad[name] = "a whole number above zero"
+    for name, expected in bad.items():
+        log.error("otel_setting_invalid", variable=name, value=env[name][:80], expected=expected, telemetry="off")
+    return list(bad)
+
+
+def _above_zero(value: str, kind: Callable[[str], float]) -> bool:
     try:
-        return float(_value(env, signal, "TIMEOUT") or EXPORT_TIMEOUT)
+        number = kind(value)
     except ValueError:
-        return EXPORT_TIMEOUT
+        return False
+    return math.isfinite(number) and number > 0
+
+
+def _endpoint(value: str, protocol: str) -> bool:
+    url = urlsplit(value)
+    if url.scheme in ("http", "https") and url.netloc:
+        return True
+    return protocol == "grpc" and _HOST_PORT.fullmatch(value) is not None
 
 
 def start(env: Mapping[str, str]) -> Callable[[], None] | None:
     """Set up the SDK's global tracer and meter providers as `env` asks; returns what shuts them down, or None
     when nothing is configured or the SDK is not installed (then with a warning)."""
     wanted = plan(env)
-    if wanted is None:
+    if wanted is None or _bad_settings(env, wanted):
         return None
     timeouts = {signal: _timeout(env, signal.upper()) for signal in wanted.protocols}
     resource = {"service.name": wanted.service, "service.version": __version__}
@@ -101,6 +163,10 @@ def start(env: Mapping[str, str]) -> Callable[[], None] | None:
         providers = otel_sdk.install(wanted.protocols, timeouts, resource)
     except ImportError as exc:  # the `otel` extra is not installed (or only part of it)
         log.warning("otel_not_installed", configured=",".join(wanted.protocols), missing=exc.name, install=EXTRA)
+        return None
+    except ValueError as exc:  # settings the SDK refuses together (a queue smaller than a batch)
+        named = ",".join(name for name in SDK_WHOLE_NUMBERS if env.get(name, "").strip())  # the ones set
+        log.error("otel_setting_invalid", variables=named, error=" ".join(str(exc).split()), telemetry="off")
         return None
     return functools.partial(shut_down, providers)
 

@@ -46,7 +46,9 @@ CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"  # the co
 # No attribute longer: a backend keeps a span whole, and a message or a result of megabytes never leaves the process
 # (the trace file keeps what it bounds itself).
 MAX_ATTRIBUTE_CHARS = 4096
-_REDACT_MARGIN = 256  # redacted this far past the cut, so a secret the cut splits is hidden whole
+# Redacted this far past the cut, so a secret the cut splits is hidden whole: a long one too (a JWT, a private key in
+# a server's env), as the trace files do (trace_values._MARGIN).
+_REDACT_MARGIN = 4096
 # gen_ai.provider.name by the META_AGENT_MODEL prefix: the conventions' well-known names, else the prefix as it is.
 PROVIDER_NAMES = {"gemini": "gcp.gemini", "sampling": "mcp.sampling"}
 
@@ -63,11 +65,16 @@ def capture_content(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def clip(text: str, redact: Redact = _same) -> str:
-    """`text` redacted and cut to `MAX_ATTRIBUTE_CHARS`, a cut one ending in `…`."""
+    """`text` redacted and cut to `MAX_ATTRIBUTE_CHARS`, a cut one ending in `…`; valid UTF-8 (half a character,
+    which JSON can escape, is `?`): OTLP cannot encode it, and a span name it cannot encode sinks its whole batch."""
     if len(text) <= MAX_ATTRIBUTE_CHARS:
-        return redact(text)
+        return _utf8(redact(text))
     head = redact(text[: MAX_ATTRIBUTE_CHARS + _REDACT_MARGIN])
-    return head[: MAX_ATTRIBUTE_CHARS - 1] + "…"
+    return _utf8(head[: MAX_ATTRIBUTE_CHARS - 1]) + "…"
+
+
+def _utf8(text: str) -> str:
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
 def provider_and_model(name: str) -> tuple[str, str]:
@@ -120,7 +127,8 @@ class Spans:
         self._model: Span | None = None
         self._model_name = ""  # the run's model as it is now: a fallback switches it
         self._turn: dict[str, Any] = {}  # the model turn's attributes, for the span of each model that tries it
-        self._tools: dict[str, Span] = {}
+        # the open tool spans by call id, each with its tool's name: a model may give two calls of a step one id
+        self._tools: dict[str, list[tuple[str, Span]]] = {}
 
     async def __call__(self, event: ev.Event) -> None:
         match event:
@@ -161,7 +169,8 @@ class Spans:
     @contextmanager
     def current(self, call_id: str) -> Iterator[None]:
         """The tool call `call_id`'s span (else the run's) made current: what a child's call sends on."""
-        span = self._tools.get(call_id) or self._run
+        opened = self._tools.get(call_id)
+        span = opened[-1][1] if opened else self._run
         if span is None:
             yield
             return
@@ -237,24 +246,31 @@ class Spans:
         }
 
     def _tool_started(self, event: ev.ToolCallStarted) -> None:
+        name = clip(event.name)  # a child's, or the model's for a tool there is none of: any length
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": event.name,
+            "gen_ai.tool.name": name,
             "gen_ai.tool.call.id": clip(event.call_id),
             "gen_ai.tool.type": "function" if event.server is None else "extension",
             "meta_agent.step": event.step,
         }
         if event.server is not None:  # a child's tool: the MCP call it makes
             attributes["mcp.method.name"] = "tools/call"
-            attributes["meta_agent.server"] = event.server
+            attributes["meta_agent.server"] = clip(event.server)
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = self._json(dict(event.arguments))
-        self._tools[event.call_id] = self._child(f"execute_tool {event.name}", SpanKind.INTERNAL, attributes)
+        span = self._child(f"execute_tool {name}", SpanKind.INTERNAL, attributes)
+        self._tools.setdefault(event.call_id, []).append((event.name, span))
 
     def _tool_finished(self, event: ev.ToolCallFinished) -> None:
-        span = self._tools.pop(event.call_id, None)
-        if span is None:
+        opened = self._tools.get(event.call_id)
+        if not opened:
             return
+        # the call's of that name that started first (of one id and one name, which is which does not matter)
+        at = next((index for index, (name, _) in enumerate(opened) if name == event.name), 0)
+        span = opened.pop(at)[1]
+        if not opened:
+            del self._tools[event.call_id]
         span.set_attribute("meta_agent.ok", event.ok)
         if self._capture:
             span.set_attribute("gen_ai.tool.call.result", self._json(_part(part) for part in event.result))
@@ -282,7 +298,7 @@ class Spans:
             self._model = None
 
     def _end(self, stop_reason: str, error: str | None, error_type: str) -> None:
-        for span in self._tools.values():
+        for span in (span for opened in self._tools.values() for _, span in opened):
             span.set_status(Status(StatusCode.ERROR, f"run ended: {stop_reason}"))
             span.end()
         self._tools.clear()

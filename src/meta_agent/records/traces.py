@@ -63,8 +63,8 @@ class Redactor:
 
     def _add(self, secrets: Iterable[str]) -> None:
         found = {s for s in secrets if len(s) >= _MIN_SECRET}
-        # a secret as it appears inside a JSON string, too
-        found |= {json.dumps(s)[1:-1] for s in found}
+        # a secret as it appears inside a JSON string, too: escaped to ASCII or not (the spans' contents keep letters)
+        found |= {json.dumps(s, ensure_ascii=ascii)[1:-1] for s in found for ascii in (True, False)}
         self._secrets = sorted(found.union(self._secrets), key=len, reverse=True)
 
     @classmethod
