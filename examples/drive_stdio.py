@@ -24,7 +24,10 @@ async def main(task: str, config: str, legacy: bool) -> None:
     )
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        print(f"[{progress:g}] {message}", file=sys.stderr, flush=True)
+        # one write of the whole line: meta-agent's own log lines share this stderr, and print's two writes (the text,
+        # then the newline) let one of them land in between
+        sys.stderr.write(f"[{progress:g}] {message}\n")
+        sys.stderr.flush()
 
     async with Client(server, mode="legacy" if legacy else "auto") as client:
         print(f"connected: {client.server_info.name if client.server_info else '?'} ({client.protocol_version})",

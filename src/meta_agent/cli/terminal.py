@@ -98,8 +98,9 @@ def paint_for(out: TextIO) -> Paint:
 
 
 def note(message: str) -> None:
-    """A line for the user on stderr, named as ours."""
-    print(f"meta-agent: {message}", file=sys.stderr)
+    """A line for the user on stderr, named as ours, in one write (print's two, the text and then the newline, let a
+    log line of another thread, or of a child sharing the stream, land in the middle)."""
+    sys.stderr.write(f"meta-agent: {message}\n")
 
 
 def fail(message: str, code: int) -> int:
