@@ -7,8 +7,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from starlette.requests import Request
 
 from meta_agent.cli.main import main
+from meta_agent.front.subjects import SCOPE_KEY, STATIC_TOKEN_SUBJECT, subject_of
 from meta_agent.store.database import LOCAL_OWNER, PostgresDatabase
 from meta_agent.store.run_index import RunIndex
 
@@ -49,3 +51,48 @@ def test_runs_over_the_database_are_the_local_users_unless_an_owner_is_named(
     assert code != 0 and out == [] and HERS in err, (code, out, err)
     code, out, _ = runs("show", HERS, "--owner", ALICE)
     assert code == 0 and out[1] == "task: her task", out
+
+
+def _owner_of_a_request(verified: str) -> str:
+    """What the server stores as the owner of an HTTP request whose auth layer verified `verified`."""
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [], SCOPE_KEY: verified}
+    return subject_of(Request(scope), LOCAL_OWNER)
+
+
+@pytest.mark.parametrize(
+    ("named", "verified", "issuer"),
+    [
+        ("https://idp.example/realms/a#alice", "https://idp.example/realms/a#alice", ""),
+        ("alice", "https://idp.example/realms/a#alice", "https://idp.example/realms/a"),
+        ("https://idp.example/realms/a#alice", "https://idp.example/realms/a#alice", "https://idp.example/realms/a"),
+        ("token", STATIC_TOKEN_SUBJECT, ""),
+    ],
+)
+def test_an_owner_is_named_as_the_identity_provider_names_them(
+    named: str,
+    verified: str,
+    issuer: str,
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator knows a user by the token's issuer and `sub`, not by the digest the rows hold: `--owner` takes
+    those, and finds the runs the server stored for that user."""
+    owner = _owner_of_a_request(verified)
+    run_id = "01RUNOFANAMEDUSER000000000"
+
+    async def made() -> None:
+        index = RunIndex(PostgresDatabase(database_url), "elsewhere:1:ABCDEF")
+        async with index.running(run_id, "agent", "their task", owner=owner):
+            pass
+        index.database.close()
+
+    anyio.run(made)
+    monkeypatch.setenv("META_AGENT_DATABASE_URL", database_url)
+    monkeypatch.setenv("META_AGENT_TRACE_DIR", str(tmp_path))
+    if issuer:
+        monkeypatch.setenv("META_AGENT_AUTH_ISSUER", issuer)
+    assert main(["runs", "--owner", named]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(f"({owner}): 1 recent run") and out[1].split()[0] == run_id, out

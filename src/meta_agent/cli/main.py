@@ -89,8 +89,9 @@ def _add_runs(runs: argparse.ArgumentParser) -> None:
     whose.add_argument(
         "--owner",
         metavar="SUBJECT",
-        help="with a shared database: the runs of this subject (`sub:…`, `http:…`; default: local, the runs made off "
-        "HTTP)",
+        help="with a shared database: the runs of this subject: as stored (`sub:…`, `http:…`), or a signed-in user as "
+        "the identity provider names them (`ISSUER#SUB`, or SUB of META_AGENT_AUTH_ISSUER; `token`: the static token's "
+        "holder); default: local, the runs made off HTTP",
     )
     whose.add_argument(
         "--all", action="store_true", help="with a shared database: every subject's runs, each with its owner"

@@ -57,6 +57,7 @@ def show_runs(args: argparse.Namespace) -> int:
     try:
         settings = load_settings()
         directory = settings.trace_dir or default_trace_dir()
+        issuer = settings.auth_issuer or ""
         if args.show:
             if not args.run_id:
                 return fail("runs show: give a RUN_ID (see `meta-agent runs`)", EXIT_USAGE)
@@ -64,7 +65,7 @@ def show_runs(args: argparse.Namespace) -> int:
                 trace = read(directory, args.run_id)
             except ConfigError:
                 url = settings.database_url
-                if url and (state := _indexed(url, args.run_id, _owner(args))) is not None:
+                if url and (state := _indexed(url, args.run_id, _owner(args, issuer))) is not None:
                     print("\n".join(printable(line) for line in indexed_account(state)))
                     return 0
                 raise
@@ -74,8 +75,9 @@ def show_runs(args: argparse.Namespace) -> int:
             return 0
         owners: list[str] = []
         if settings.database_url:
-            where, listing, owners = _index_listing(settings.database_url, _owner(args))
-            where += f" ({'every subject' if args.all else _owner(args)})"
+            whose = _owner(args, issuer)
+            where, listing, owners = _index_listing(settings.database_url, whose)
+            where += f" ({whose or 'every subject'})"
         else:
             where, listing = str(directory), recent(directory)
     except ConfigError as exc:
@@ -105,12 +107,17 @@ def _skipped(listing: Listing) -> str:
     return f"{' and '.join(counts)} skipped" + (f" ({names})" if names else "")
 
 
-def _owner(args: argparse.Namespace) -> str | None:
-    """Whose runs the command reads over the database: `--owner`'s, everyone's (`--all`: None), else the local
-    user's."""
+def _owner(args: argparse.Namespace, issuer: str) -> str | None:
+    """Whose runs the command reads over the database: `--owner`'s as the rows hold it (a verified token's subject,
+    named as the identity provider names it, is digested as the server does; `issuer`, META_AGENT_AUTH_ISSUER, is
+    the one its `sub` alone is of), everyone's (`--all`: None), else the local user's."""
+    from meta_agent.front.subjects import stored_subject
     from meta_agent.store.database import LOCAL_OWNER
 
-    return None if getattr(args, "all", False) else (getattr(args, "owner", None) or LOCAL_OWNER)
+    if getattr(args, "all", False):
+        return None
+    named = getattr(args, "owner", None)
+    return stored_subject(named, issuer) if named else LOCAL_OWNER
 
 
 def _index_listing(url: str, owner: str | None, limit: int = 20) -> tuple[str, Listing, list[str]]:

@@ -41,7 +41,6 @@ from meta_agent.front.jwks import KeySet, checked_url
 log = structlog.get_logger(__name__)
 
 SUBJECT_KEY = "meta_agent.subject"  # the ASGI scope's key for the caller's subject (front/subjects.py reads it)
-STATIC_TOKEN_SUBJECT = "token"  # the subject of META_AGENT_HTTP_TOKEN's holder: one, whoever holds it
 # Longer than any access token an identity provider issues (Entra ID's, with group claims, reach about 8 KB), and
 # checked before anything is parsed; h11 already refuses a request head over 16 KB.
 MAX_TOKEN_CHARS = 12_000

@@ -22,7 +22,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent.errors import ConfigError, summary
 from meta_agent.front.auth import (
-    STATIC_TOKEN_SUBJECT,
     SUBJECT_KEY,
     JwtVerifier,
     RequireJwt,
@@ -31,6 +30,7 @@ from meta_agent.front.auth import (
 )
 from meta_agent.front.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
 from meta_agent.front.server import MetaAgentServer
+from meta_agent.front.subjects import STATIC_TOKEN_SUBJECT
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)

@@ -26,6 +26,7 @@ from starlette.requests import Request
 
 # The ASGI scope key where the HTTP front's auth layer puts the verified subject (a str).
 SCOPE_KEY = "meta_agent.subject"
+STATIC_TOKEN_SUBJECT = "token"  # the subject of META_AGENT_HTTP_TOKEN's holder: one, whoever holds it
 DIGITS = 32
 
 
@@ -39,6 +40,18 @@ def subject_of(request: object, local: str) -> str:
     if isinstance(verified, str):
         return "sub:" + _digest(verified)
     return "http:" + _digest(request.headers.get("authorization", ""))
+
+
+def stored_subject(named: str, issuer: str = "") -> str:
+    """The owner the rows hold for a subject an operator `named`: a stored one (`sub:…`, `http:…`, `local`) as it
+    is; else the subject of a verified token, `ISSUER#SUB` or, with `issuer` (META_AGENT_AUTH_ISSUER) set, its `sub`
+    alone, or `token`, the static token's holder. (`http:` subjects are digests of credentials: only their stored
+    form names them.)"""
+    if named == "local" or named.startswith(("sub:", "http:")):
+        return named
+    if issuer and named != STATIC_TOKEN_SUBJECT and not named.startswith(f"{issuer}#"):
+        named = f"{issuer}#{named}"
+    return "sub:" + _digest(named)
 
 
 def request_principal(ctx: ServerRequestContext[Any, Any]) -> str | None:
