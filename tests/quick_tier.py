@@ -6,7 +6,8 @@ take minutes.
 A module joins the tier with the mark `quick` (`pytestmark = [pytest.mark.anyio, pytest.mark.quick]`), a single test
 with `@pytest.mark.quick`; a test of a quick module that must start a process (a child server, meta-agent itself, a
 second interpreter) stays out with `@pytest.mark.processes`. In every run, the full one too, a test of the tier that
-starts a process fails, naming what it started, so the tier stays quick as the tests change.
+starts a process fails, naming what it started, so the tier stays quick as the tests change (not for the processes
+of the session's fixtures, which the last test's teardown ends: tests/repo/test_quick_tier_guard.py).
 """
 
 from __future__ import annotations
@@ -112,5 +113,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    if nextitem is None:  # the last test's teardown also ends the session's fixtures (a PostgreSQL cluster a test
+        return (yield)  # of another tier started and stops with a process): not the test's processes, let them be
     return (yield from _phase(item))
