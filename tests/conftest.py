@@ -8,8 +8,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,36 @@ def openai_env(
     """An environment whose OpenAI settings point at a FakeLLM; `model` also sets META_AGENT_MODEL."""
     chosen = {"META_AGENT_MODEL": model} if model else {}
     return {**(base or {}), "OPENAI_BASE_URL": f"{llm.url}/v1", "OPENAI_API_KEY": "sk-test", **chosen, **extra}
+
+
+def without_otel(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """`environ` without its OTEL_* variables: a test's own telemetry settings, not the machine's."""
+    return {key: value for key, value in environ.items() if not key.startswith("OTEL_")}
+
+
+@asynccontextmanager
+async def serving_asgi(make_app: Callable[[str], Any], wait: float = 30.0) -> AsyncIterator[str]:
+    """Our HTTP front, which `make_app` makes for its base URL, served in this event loop on a free port of
+    127.0.0.1: that URL once /health answers 200; stopped when the block ends."""
+    import anyio
+    import httpx2
+
+    from meta_agent.front.http import serve_http
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    async with anyio.create_task_group() as tg, httpx2.AsyncClient(timeout=wait) as http:
+        tg.start_soon(serve_http, make_app(url), [sock])
+        with anyio.fail_after(wait):
+            while True:
+                try:
+                    if (await http.get(f"{url}/health")).status_code == 200:
+                        break
+                except httpx2.ConnectError:
+                    pass
+                await anyio.sleep(0.05)  # not listening yet
+        yield url
+        tg.cancel_scope.cancel()
 
 
 @pytest.fixture(scope="module")

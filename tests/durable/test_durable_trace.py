@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import http_serving
+from conftest import http_serving, without_otel
 from fake_llm import FakeLLM, openai_reply
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
@@ -33,7 +33,7 @@ async def test_a_resumed_run_goes_on_in_the_trace_that_started_it(
     llm.reply(openai_reply("All done."))
     with OtlpReceiver() as receiver:
         environ = replica_environ(llm, database_url, tmp_path)
-        base = {key: value for key, value in environ.items() if not key.startswith("OTEL_")}
+        base = without_otel(environ)
         common = {**base, "META_AGENT_LEASE_SECONDS": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
         doomed_env = {**common, "OTEL_SERVICE_NAME": "replica-doomed"}
         other_env = {**common, "OTEL_SERVICE_NAME": "replica-other"}

@@ -10,7 +10,6 @@ import base64
 import gzip
 import json
 import secrets
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -20,7 +19,7 @@ import anyio
 import httpx2
 import jwt
 import pytest
-from conftest import openai_env
+from conftest import openai_env, serving_asgi
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding
 from fake_llm import FakeLLM
@@ -34,7 +33,6 @@ from threaded_web import ThreadedWeb
 from meta_agent.config.settings import Settings
 from meta_agent.front import jwks
 from meta_agent.front.auth import LEEWAY, JwtVerifier, ResourceServer, TokenRefused
-from meta_agent.front.http import serve_http
 from meta_agent.front.http_app import http_app
 from meta_agent.front.jwks import KeySet, KeySetUnavailable, fetch_json
 from meta_agent.front.server import build_server
@@ -273,21 +271,12 @@ async def test_a_known_key_is_not_held_up_by_a_slow_refetch_of_a_stale_set(issue
 @asynccontextmanager
 async def served(llm: FakeLLM, issuer: AuthServer) -> AsyncIterator[str]:
     server = build_server(Settings(model=MODEL), {}, openai_env(llm))
-    sock = socket.create_server(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    resource = ResourceServer(issuer=issuer.url, audience=f"{url}/mcp")
-    async with anyio.create_task_group() as tg, httpx2.AsyncClient(timeout=WAIT) as http:
-        tg.start_soon(serve_http, http_app(server, host="127.0.0.1", auth=resource), [sock])
-        with anyio.fail_after(WAIT):
-            while True:
-                try:
-                    if (await http.get(f"{url}/health")).status_code == 200:
-                        break
-                except httpx2.ConnectError:
-                    pass
-                await anyio.sleep(0.05)  # not listening yet
+
+    def app(url: str) -> Any:
+        return http_app(server, host="127.0.0.1", auth=ResourceServer(issuer=issuer.url, audience=f"{url}/mcp"))
+
+    async with serving_asgi(app, WAIT) as url:
         yield url
-        tg.cancel_scope.cancel()
 
 
 async def test_random_kids_during_a_slow_fetch_hold_up_no_caller_with_a_known_key(

@@ -8,7 +8,6 @@ are not derivable from run ids."""
 from __future__ import annotations
 
 import hashlib
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,7 +17,7 @@ import anyio
 import httpx2
 import mcp.types as t
 import pytest
-from conftest import fault_entry, openai_env
+from conftest import fault_entry, openai_env, serving_asgi
 from fake_llm import FakeLLM, openai_reply
 from host_doubles import accept, tool_message
 from mcp import Client
@@ -28,7 +27,6 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent.config.settings import Settings
-from meta_agent.front.http import serve_http
 from meta_agent.front.http_app import http_app
 from meta_agent.front.server import build_server
 from meta_agent.front.subjects import SCOPE_KEY, subject_of
@@ -70,20 +68,8 @@ async def served(llm: FakeLLM, tmp_path: Path) -> AsyncIterator[str]:
     """Our server with the fault child over HTTP on 127.0.0.1, its state in `tmp_path`: its /mcp URL."""
     settings = Settings(model=MODEL, conversations_db=tmp_path / "state.sqlite3", trace_dir=tmp_path / "traces")
     server = build_server(settings, {"f": fault_entry()}, openai_env(llm))
-    sock = socket.create_server(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    async with anyio.create_task_group() as tg, httpx2.AsyncClient(timeout=WAIT) as http:
-        tg.start_soon(serve_http, Verified(http_app(server, host="127.0.0.1")), [sock])
-        with anyio.fail_after(WAIT):
-            while True:
-                try:
-                    if (await http.get(f"{url}/health")).status_code == 200:
-                        break
-                except httpx2.ConnectError:
-                    pass
-                await anyio.sleep(0.05)  # not listening yet
+    async with serving_asgi(lambda _url: Verified(http_app(server, host="127.0.0.1")), WAIT) as url:
         yield f"{url}/mcp"
-        tg.cancel_scope.cancel()
 
 
 async def never_asked(_ctx: Any, _params: Any) -> t.ElicitResult:

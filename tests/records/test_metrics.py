@@ -3,7 +3,6 @@ imported or set up without configuration."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import without_otel
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
@@ -250,7 +250,7 @@ def test_a_bad_setting_is_one_line_naming_it(variable: str, value: str) -> None:
         "import os\nfrom meta_agent.records.otel_setup import start\nprint('started:', start(os.environ) is not None)\n"
     )
     env = {
-        **{name: text for name, text in os.environ.items() if not name.startswith("OTEL_")},
+        **without_otel(),
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
         variable: value,
     }

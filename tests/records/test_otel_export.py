@@ -5,14 +5,13 @@ never answers or answers garbage costs the run nothing."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import TIME_COMMAND, free_port, openai_env
+from conftest import TIME_COMMAND, free_port, openai_env, without_otel
 from fake_llm import FakeLLM, openai_reply
 from otlp_receiver import ENDLESS_BYTES, GrpcReceiver, OtlpReceiver
 
@@ -38,7 +37,7 @@ def exported_run(
     took."""
     llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Asia/Tokyo"})))
     llm.reply(openai_reply("It is evening in Tokyo."))
-    clean = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    clean = without_otel()
     environ = openai_env(
         llm,
         model="openai:fake-model",

@@ -6,14 +6,13 @@ trace; over OTLP/HTTP and over OTLP/gRPC, each to a receiver of the tests' own."
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from conftest import FAULT_SERVER, http_serving, openai_env
+from conftest import FAULT_SERVER, http_serving, openai_env, without_otel
 from fake_llm import FakeLLM, anthropic_reply, error_body, openai_reply
 from otlp_receiver import GrpcReceiver, OtlpReceiver, ReceivedSpan
 from raw_stdio import ENVELOPE, Era, raw_serving
@@ -44,7 +43,7 @@ def servers_json(tmp_path: Path, child_endpoint: str | None = None) -> Path:
 
 def environ(llm: FakeLLM, **otel: str) -> dict[str, str]:
     """meta-agent's environment: the fallback chain at the fake model, and the `OTEL_*` variables `otel` only."""
-    clean = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    clean = without_otel()
     return openai_env(
         llm,
         model=CHAIN,

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from conftest import TIME_COMMAND, free_port, openai_env
+from conftest import TIME_COMMAND, free_port, openai_env, without_otel
 from fake_llm import FakeLLM, openai_reply
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otel extra is not installed")
@@ -87,7 +87,7 @@ def test_phoenix_shows_the_run(phoenix: str, llm: FakeLLM, tmp_path: Path) -> No
     config.write_text(json.dumps({"mcpServers": {"time": TIME_COMMAND}}))
     llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Asia/Tokyo"})))
     llm.reply(openai_reply("It is evening in Tokyo."))
-    clean = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    clean = without_otel()
     environ = openai_env(
         llm,
         model="openai:fake-model",
