@@ -33,6 +33,9 @@ class RunSpec:
     # The trace context the run was started in (W3C, "": none): its spans' parent, here or on the replica resuming it.
     traceparent: str = ""
     tracestate: str = ""
+    # The call that started it, as its caller's app knows it (the connection and the JSON-RPC id of its `tools/call`):
+    # how the run view of a host finds the run (None: no such call, a run of `meta-agent run` or of an app).
+    call_key: str | None = None
 
 
 class RunBody(Protocol[CallerT]):

@@ -187,6 +187,7 @@ class Engine:
         conversation_id: str | None = None,
         run_id: str | None = None,
         owner: str = LOCAL_OWNER,
+        call_key: str | None = None,
     ) -> RunResult:
         """One run of the loop with a caller's arguments.
 
@@ -207,6 +208,7 @@ class Engine:
             owner: whose run it is, an opaque subject of at most 40 characters (meta_agent.front.subjects): the run,
                 the conversation it starts and the tools allowed in it are that subject's, and a conversation of
                 another's is unknown to it. The local user's by default.
+            call_key: the call that started it, as its caller's app knows it (front/apps): how a run view finds it.
 
         Returns:
             The run's result: its answer, stop reason, steps and usage, and the conversation it continues.
@@ -231,6 +233,7 @@ class Engine:
             conversation_id=conversation_id,
             run_id=run_id,
             owner=owner,
+            call_key=call_key,
         )
 
     def _child_changed(self, child: ChildServer) -> None:

@@ -33,6 +33,7 @@ from meta_agent.core.tool_step import ToolRunner
 from meta_agent.errors import ConfigError, ConversationLost
 from meta_agent.providers.chain import ModelChain
 from meta_agent.records.metrics import Metrics
+from meta_agent.records.run_feed import RunFeed
 from meta_agent.records.telemetry import Spans, current_trace_context, parent_context
 from meta_agent.records.traces import Redactor, TraceWriter
 from meta_agent.shared.ids import random_id
@@ -40,6 +41,8 @@ from meta_agent.shared.text import one_line
 from meta_agent.store.conversations import Conversations, Turn
 from meta_agent.store.database import LOCAL_OWNER, Database
 from meta_agent.store.parking import SharedRounds
+from meta_agent.store.preferences import UNREADABLE, Preferences, PreferenceStore
+from meta_agent.store.run_events import RunEvents
 from meta_agent.store.run_index import RunIndex, RunState, stopping
 from meta_agent.toolbox.live import LiveToolbox
 
@@ -83,13 +86,16 @@ class Runs:
     ) -> None:
         """The runs of one engine: their tools from `toolbox`, their models from `models`, their conversations in
         `conversations`, each in the run `index`, durable where `durable` is given, traced into `trace_dir` with the
-        secrets `redact` knows hidden."""
+        secrets `redact` knows hidden; their events kept for their views (`events`), their tools as their subjects
+        chose them (`preferences`)."""
         self.settings = settings
         self.toolbox = toolbox
         self.models = models
         self.database = database
         self.conversations = conversations
         self.index = index
+        self.events = RunEvents(database)
+        self.preferences = PreferenceStore(database)
         self.durable = durable
         self.trace_dir = trace_dir
         self._redact = redact
@@ -111,6 +117,7 @@ class Runs:
         conversation_id: str | None = None,
         run_id: str | None = None,
         owner: str = LOCAL_OWNER,
+        call_key: str | None = None,
     ) -> RunResult:
         """One run of the loop with a caller's arguments (`Engine.run`), `owner`'s.
 
@@ -130,6 +137,7 @@ class Runs:
             continues=conversation_id is not None,
             can_ask=approver is not None,
             owner=owner,
+            call_key=call_key,
             **current_trace_context(),  # the caller's (the host's request): the run's spans join its trace
         )
         caller = Caller(emit=emit, approver=approver, sampling=sampling, questions=questions)
@@ -149,7 +157,7 @@ class Runs:
         existing = spec.conversation_id if spec.continues else None
         owner = spec.owner or LOCAL_OWNER
         # running from the start: a run waiting for its turn of the conversation, or for its children, is one
-        async with self.index.running(spec.run_id, spec.mode, spec.task, owner=owner):
+        async with self.index.running(spec.run_id, spec.mode, spec.task, owner=owner, call_key=spec.call_key):
             if stopping():  # a run handed to this process as it stops: left, as interrupted, for another replica
                 await anyio.sleep_forever()
             turning = self.conversations.turn(existing, new_id=spec.conversation_id, waiting=waiting, owner=owner)
@@ -168,7 +176,10 @@ class Runs:
             history = await steps.once("history", _same, turn.history)
         moved_on = history != turn.history  # resumed after another turn of its conversation was saved: not saved
         provider, *fallbacks = await self.models.models(caller.sampling)
-        tools, search, unavailable = await self.toolbox.for_run(spec.patterns, spec.mode, self.settings.tool_search)
+        chosen = await self._chosen(spec.owner or LOCAL_OWNER)
+        tools, search, unavailable = await self.toolbox.for_run(
+            spec.patterns, spec.mode, self.settings.tool_search, chosen
+        )
         request = RunRequest(
             task=spec.task,
             mode=spec.mode,
@@ -213,8 +224,10 @@ class Runs:
         the trace, telemetry and (durable) the run index; the trace is whole on disk before the result is returned."""
         trace = TraceWriter(self.trace_dir, self._redact)
         noted = None if self.durable is None else self.durable.noting(request.run_id)
-        # telemetry first: a caller's sink that raises (it ends the run) must not leave the run's spans open for good
-        sinks = [sink for sink in (spans, Metrics(), emit, trace, noted) if sink is not None]
+        feed = RunFeed(self.events, request.run_id)
+        # telemetry and the views first: a caller's sink that raises (it ends the run) must not leave the run's spans
+        # open for good, nor its views without its end
+        sinks = [sink for sink in (spans, Metrics(), feed, emit, trace, noted) if sink is not None]
 
         async def fan_out(event: Event) -> None:
             self._latest[request.run_id] = event
@@ -222,7 +235,8 @@ class Runs:
                 await sink(event)
 
         try:
-            return await run(request, emit=fan_out, checks=self._checks, **parts)
+            async with feed.writing():
+                return await run(request, emit=fan_out, checks=self._checks, **parts)
         finally:
             self._latest.pop(request.run_id, None)
             with anyio.CancelScope(shield=True):
@@ -256,6 +270,15 @@ class Runs:
         except (ValueError, RecursionError) as exc:
             error = f"this turn cannot be stored as JSON ({type(exc).__name__}: {exc}); it was not saved"
         return 0, one_line(error)  # whatever the error said
+
+    async def _chosen(self, owner: str) -> Preferences:
+        """What `owner` chose in the tool selector, for its run; where that cannot be read, that it cannot (the run
+        then asks before every tool: what the owner switched off or set to `never` is at least asked)."""
+        try:
+            return await self.preferences.of(owner)
+        except self.database.errors as exc:
+            log.warning("preferences_not_read", error=one_line(str(exc), 300), database=self.database.label)
+            return UNREADABLE
 
     def limits(self, mode: Mode, max_steps: int | None, token_budget: int | None) -> Limits:
         """A run's limits: the caller's within the settings' ceiling, else the settings' defaults for `mode`.

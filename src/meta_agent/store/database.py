@@ -149,7 +149,39 @@ def _owners(sql: Sql) -> None:
     sql.execute("create index runs_by_owner on runs (owner, started)")
 
 
-MIGRATIONS: tuple[Callable[[Sql], None], ...] = (_conversations, _runs, _shared, _resumptions, _tasks, _owners)
+def _faces(sql: Sql) -> None:
+    """7: what the apps and the console read and write: each run's events as its view shows them
+    (meta_agent.store.run_events), the call that started a run (`call_key`: the caller's connection and the JSON-RPC
+    id of its `tools/call`, which is all a host's app knows of it), the approvals a view may answer
+    (meta_agent.store.app_questions), and each subject's tool toggles, trust levels and mode
+    (meta_agent.store.preferences)."""
+    sql.execute(
+        "create table run_events (run_id text not null, seq integer not null, body text not null,"
+        " primary key (run_id, seq))"
+    )
+    sql.execute("alter table runs add column call_key text")
+    sql.execute("create index runs_by_call on runs (call_key)")
+    sql.execute(
+        "create table app_questions (run_id text not null, key text not null, owner text not null, step integer not"
+        " null, name text not null, arguments text not null, answer text, allowed integer,"
+        " primary key (run_id, key))"
+    )
+    sql.execute(
+        "create table tool_preferences (owner text not null, tool text not null, enabled integer, trust text,"
+        " primary key (owner, tool))"
+    )
+    sql.execute("create table owner_preferences (owner text primary key, mode text)")
+
+
+MIGRATIONS: tuple[Callable[[Sql], None], ...] = (
+    _conversations,
+    _runs,
+    _shared,
+    _resumptions,
+    _tasks,
+    _owners,
+    _faces,
+)
 
 
 class Database:

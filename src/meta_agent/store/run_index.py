@@ -90,11 +90,13 @@ class RunIndex:
         self._left.add(run_id)
 
     @asynccontextmanager
-    async def running(self, run_id: str, mode: str, task: str = "", *, owner: str = LOCAL_OWNER) -> AsyncIterator[None]:
+    async def running(
+        self, run_id: str, mode: str, task: str = "", *, owner: str = LOCAL_OWNER, call_key: str | None = None
+    ) -> AsyncIterator[None]:
         """`owner`'s run is `running` while this is entered, its row renewed meanwhile; one that leaves by an
         exception (a failure, a cancelled call) is `done` with that error. The index failing does not fail the run:
-        it is logged, and the run goes on. A run resumed here keeps the owner its row has."""
-        await self._write(_start, run_id, mode, task, self.replica, self.alive_seconds, owner)
+        it is logged, and the run goes on. A run resumed here keeps the owner (and the `call_key`) its row has."""
+        await self._write(_start, run_id, mode, task, self.replica, self.alive_seconds, owner, call_key)
         failure: Exception | None = None
         async with anyio.create_task_group() as renewals:
             renewals.start_soon(self._renew, run_id)
@@ -160,6 +162,18 @@ class RunIndex:
         row = await anyio.to_thread.run_sync(self.database.run, _read, run_id, owner)
         return None if row is None else state(run_id, row)
 
+    async def by_call(self, call_key: str, task: str | None, *, owner: str) -> RunState | None:
+        """`owner`'s newest run started by the call `call_key` (its connection and JSON-RPC id) whose task begins with
+        `task` where given (a connection may use an id again; the task tells two runs apart): how a host's app, which
+        knows only the call, finds its run.
+
+        Raises:
+            self.database.errors: the database cannot be read.
+        """
+        rows = await anyio.to_thread.run_sync(self.database.run, _by_call, call_key, owner)
+        found = [state(str(row[0]), row[1:]) for row in rows]
+        return next((run for run in found if task is None or run.task.startswith(task)), None)
+
     async def recent(self, limit: int = 20, *, owner: str | None = LOCAL_OWNER) -> list[RunState]:
         """`owner`'s newest `limit` runs (None: anyone's), newest first, whichever replica ran them.
 
@@ -200,14 +214,23 @@ def _why(exc: BaseException) -> str:
     return one_line(str(exc)) if isinstance(exc, MetaAgentError) else summary(exc)
 
 
-def _start(sql: Sql, run_id: str, mode: str, task: str, replica: str, alive_seconds: float, owner: str) -> None:
-    """A new run, or a run resumed on `replica` (its row is taken over; its owner stays)."""
+def _start(
+    sql: Sql,
+    run_id: str,
+    mode: str,
+    task: str,
+    replica: str,
+    alive_seconds: float,
+    owner: str,
+    call_key: str | None,
+) -> None:
+    """A new run, or a run resumed on `replica` (its row is taken over; its owner and call stay)."""
     at = now()
     sql.execute(
-        "insert into runs (id, status, mode, task, replica, started, updated, alive_until, owner)"
-        f" values (?, ?, ?, ?, ?, ?, ?, {sql.clock} + ?, ?) on conflict (id) do update set status = 'running',"
+        "insert into runs (id, status, mode, task, replica, started, updated, alive_until, owner, call_key)"
+        f" values (?, ?, ?, ?, ?, ?, ?, {sql.clock} + ?, ?, ?) on conflict (id) do update set status = 'running',"
         " replica = excluded.replica, updated = excluded.updated, alive_until = excluded.alive_until",
-        (run_id, "running", mode, task, replica, at, at, alive_seconds, owner),
+        (run_id, "running", mode, task, replica, at, at, alive_seconds, owner, call_key),
     )
 
 
@@ -277,6 +300,13 @@ def _read(sql: Sql, run_id: str, owner: str | None) -> tuple[Any, ...] | None:
     if owner is None:
         return sql.one(f"select {columns(sql)} from runs where id = ?", (run_id,))
     return sql.one(f"select {columns(sql)} from runs where id = ? and owner = ?", (run_id, owner))
+
+
+def _by_call(sql: Sql, call_key: str, owner: str) -> list[tuple[Any, ...]]:
+    return sql.all(
+        f"select id, {columns(sql)} from runs where call_key = ? and owner = ? order by started desc, id desc limit 5",
+        (call_key, owner),
+    )
 
 
 def _recent(sql: Sql, limit: int, owner: str | None) -> list[tuple[Any, ...]]:

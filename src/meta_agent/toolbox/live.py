@@ -8,6 +8,7 @@ nothing and is told (`config_problem`, the toolbox). Whoever shows the toolbox h
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from meta_agent.internal.find_tools import find_tools_tool
 from meta_agent.records.traces import Redactor
 from meta_agent.shared.text import one_line, some_of
 from meta_agent.store import trustfile
+from meta_agent.store.preferences import NONE, Preferences
 from meta_agent.store.trustfile import Recorded
 from meta_agent.toolbox.build import (
     Toolbox,
@@ -199,20 +201,26 @@ class LiveToolbox:
         return self.caller if questions is None else ToolCaller(self.pool.children, self.internal, questions)
 
     async def for_run(
-        self, patterns: list[str] | None, mode: Mode, tool_search: Literal["auto", "on", "off"]
+        self,
+        patterns: list[str] | None,
+        mode: Mode,
+        tool_search: Literal["auto", "on", "off"],
+        chosen: Preferences = NONE,
     ) -> RunTools:
         """The tools of a run, find_tools first where the run searches them (`tool_search`, META_AGENT_TOOL_SEARCH),
         the plan of that search, and the servers the run goes without. Only the children this run can use are waited
         for: a child still starting would be missing from its tools. Those not ready once the wait is over are left
-        out, and the run says so (its first event, its result).
+        out, and the run says so (its first event, its result). What its subject `chosen` in the tool selector
+        applies: the tools it switched off are left out, its trust levels replace the toolbox's below an operator's
+        `never`.
 
         Raises:
-            PatternError: a `tools` pattern that is malformed or matches no tool.
+            PatternError: a `tools` pattern that is malformed, matches no tool, or only tools switched off.
         """
         needed = self._children_needed(patterns, mode)
         await self.pool.wait_settled(needed)
         unavailable = self._unavailable(needed)
-        tools = tuple(self.select(patterns, mode))
+        tools = tuple(as_chosen(self.select(patterns, mode), patterns, chosen))
         search = None
         if search_on(tool_search, mode, len(tools)):  # find_tools first, the pinned tools beside it
             finder = find_tools_tool()
@@ -290,6 +298,37 @@ class LiveToolbox:
             return f" ({'; '.join(_not_ready(status) for status in down)})"
         names = some_of([spec.name for spec in self().tools], 12)
         return f" (the tools are: {names})" if names else " (there are no tools)"
+
+
+def as_chosen(tools: Sequence[ToolSpec], patterns: list[str] | None, chosen: Preferences) -> list[ToolSpec]:
+    """`tools` as a subject `chosen` them: those it switched off left out, its own trust level on the others (an
+    operator's `never` stays).
+
+    Raises:
+        PatternError: a pattern of `patterns` names only tools the subject switched off.
+    """
+    kept = [spec for spec in tools if spec.name not in chosen.off]
+    for pattern in patterns or ():
+        if not any(fnmatch.fnmatchcase(spec.name, pattern) for spec in kept):
+            off = [spec.name for spec in tools if fnmatch.fnmatchcase(spec.name, pattern)]
+            raise PatternError(
+                f"tools: pattern {pattern!r} matches only tools switched off in the tool selector "
+                f"({some_of(off, 6)}); switch them on there"
+            )
+    return [own_trust(spec, chosen) for spec in kept]
+
+
+def own_trust(spec: ToolSpec, chosen: Preferences) -> ToolSpec:
+    """`spec` with the trust level its subject `chosen`, unless the operator's is `never`; where the choices could not
+    be read, at most `ask`."""
+    if chosen.unreadable and spec.trust == "always":
+        return dataclasses.replace(
+            spec, trust="ask", trust_source="at most ask: the tool selector's choices cannot be read"
+        )
+    level = chosen.trust.get(spec.name)
+    if level is None or spec.trust == "never" or level == spec.trust:
+        return spec
+    return dataclasses.replace(spec, trust=level, trust_source=f"your choice in the tool selector (was {spec.trust})")
 
 
 def learn_webhook_secrets(redact: Redactor, servers: Mapping[str, ServerEntry]) -> None:

@@ -1,0 +1,77 @@
+"""Each run's events as its views show them (the apps, the console): rows of JSON bodies numbered from 1 in the order
+the run emitted them, so any replica answers "what happened after event N" for a run another replica is running.
+
+What goes in a body is records/run_feed.py's; this module only keeps and reads them. A page read is bounded in rows and
+in characters, so a view polling a run with huge events is answered in pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+
+from meta_agent.store.database import Database, Sql
+
+# At most this many events, and about this many characters of them, in one page a view reads.
+PAGE_EVENTS = 200
+PAGE_CHARS = 1_000_000
+
+
+class RunEvents:
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.errors = database.errors
+
+    async def append(self, run_id: str, bodies: Sequence[tuple[int, str]]) -> None:
+        """Keep the run's events `bodies` (each its number and JSON body); one already kept is kept as it was.
+
+        Raises:
+            errors: the database cannot be written.
+        """
+        if bodies:
+            await anyio.to_thread.run_sync(self.database.run, _append, run_id, list(bodies))
+
+    async def last(self, run_id: str) -> int:
+        """The number of the run's last kept event (0: none): where a run resumed on another replica goes on.
+
+        Raises:
+            errors: the database cannot be read.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _last, run_id)
+
+    async def page(self, run_id: str, after: int) -> tuple[list[tuple[int, str]], bool]:
+        """The run's events numbered after `after`, in order, at most a page of them, and whether more follow.
+
+        Raises:
+            errors: the database cannot be read.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _page, run_id, after)
+
+
+def _append(sql: Sql, run_id: str, bodies: list[tuple[int, str]]) -> None:
+    for seq, body in bodies:
+        sql.execute(
+            "insert into run_events (run_id, seq, body) values (?, ?, ?) on conflict (run_id, seq) do nothing",
+            (run_id, seq, body),
+        )
+
+
+def _last(sql: Sql, run_id: str) -> int:
+    row = sql.one("select max(seq) from run_events where run_id = ?", (run_id,))
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def _page(sql: Sql, run_id: str, after: int) -> tuple[list[tuple[int, str]], bool]:
+    rows = sql.all(
+        "select seq, body from run_events where run_id = ? and seq > ? order by seq limit ?",
+        (run_id, after, PAGE_EVENTS + 1),
+    )
+    page: list[tuple[int, str]] = []
+    chars = 0
+    for seq, body in rows[:PAGE_EVENTS]:
+        if page and chars + len(body) > PAGE_CHARS:
+            return page, True
+        page.append((int(seq), str(body)))
+        chars += len(body)
+    return page, len(rows) > PAGE_EVENTS
