@@ -79,7 +79,9 @@ async def fastmcp(children: int) -> dict[str, float]:
 
 # What `meta-agent serve` imports before it can answer, next to what a bare MCPServer imports: the part of the
 # first-answer gap that is importing.
-SERVE_IMPORTS = "import meta_agent.cli.main, meta_agent.cli.serving, meta_agent.front.server, meta_agent.front.stdio"
+SERVE_IMPORTS = (
+    "import meta_agent.cli.main, meta_agent.cli.serving, meta_agent.front.server, meta_agent.front.stdio.serve"
+)
 BARE_IMPORTS = "from mcp.server import MCPServer"
 
 

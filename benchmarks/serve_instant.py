@@ -14,7 +14,7 @@ import anyio
 from instant_model import InstantModel
 
 from meta_agent import Settings, build_server, configure_logging, load_servers
-from meta_agent.front.stdio import serve_stdio
+from meta_agent.front.stdio.serve import serve_stdio
 
 if __name__ == "__main__":
     configure_logging("warning")

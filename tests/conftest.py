@@ -164,7 +164,7 @@ async def serving_asgi(make_app: Callable[[str], Any], wait: float = 30.0) -> As
     import anyio
     import httpx2
 
-    from meta_agent.front.http import serve_http
+    from meta_agent.front.http.serve import serve_http
 
     sock = socket.create_server(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -92,8 +92,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
         ProviderUnavailable,
         ScriptError,
     )
-    from meta_agent.front.auth import ResourceServer
-    from meta_agent.front.http_app import http_app
+    from meta_agent.front.auth.resource_server import ResourceServer
+    from meta_agent.front.http.app import http_app
     from meta_agent.front.server import MetaAgentServer, build_server
     from meta_agent.providers.factory import make_provider, resolve_provider
     from meta_agent.providers.scripted import ScriptedProvider

@@ -10,7 +10,7 @@ import pytest
 from starlette.requests import Request
 
 from meta_agent.cli.main import main
-from meta_agent.front.subjects import SCOPE_KEY, STATIC_TOKEN_SUBJECT, subject_of
+from meta_agent.front.auth.subjects import SCOPE_KEY, STATIC_TOKEN_SUBJECT, subject_of
 from meta_agent.store.database import LOCAL_OWNER, PostgresDatabase
 from meta_agent.store.run_index import RunIndex
 

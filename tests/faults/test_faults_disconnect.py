@@ -44,7 +44,7 @@ from fault_tally import TALLY
 
 from meta_agent.config.settings import Settings
 from meta_agent.engine import Engine
-from meta_agent.front.http_app import http_app
+from meta_agent.front.http.app import http_app
 from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio

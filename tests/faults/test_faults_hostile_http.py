@@ -26,9 +26,9 @@ from fault_harness import LOG, MODEL, WAIT, group, injecting, log_to_a_list  # n
 from fault_tally import TALLY
 
 from meta_agent.config.settings import Settings
-from meta_agent.front import http_limits
-from meta_agent.front.http import serve_http
-from meta_agent.front.http_app import http_app
+from meta_agent.front.http import limits
+from meta_agent.front.http.app import http_app
+from meta_agent.front.http.serve import serve_http
 from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio
@@ -102,8 +102,8 @@ async def answer_then_closed(stream: anyio.abc.SocketStream, trickled: bytes = b
 
 
 async def test_hostile_http(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_limits, "REQUEST_TIMEOUT", REQUEST_TIMEOUT)
-    monkeypatch.setattr(http_limits, "connection_cap", lambda: CAP)
+    monkeypatch.setattr(limits, "REQUEST_TIMEOUT", REQUEST_TIMEOUT)
+    monkeypatch.setattr(limits, "connection_cap", lambda: CAP)
     async with group("hostile_http", CATEGORY), served(llm) as port, injecting(CATEGORY, 4) as faults:
         async with AsyncExitStack() as stack:
             for _ in range(2 * CAP):

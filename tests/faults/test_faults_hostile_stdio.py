@@ -25,7 +25,7 @@ from fault_harness import group, injecting, log_to_a_list  # noqa: F401  (this m
 from fault_tally import TALLY
 from raw_stdio import Era, RawHost, raw_serving
 
-from meta_agent.front.stdio_lines import LINE_LIMIT, LOG_EVERY
+from meta_agent.front.stdio.lines import LINE_LIMIT, LOG_EVERY
 
 pytestmark = pytest.mark.anyio
 

@@ -26,7 +26,7 @@ from mcp.server.connection import Connection
 from mcp.server.mcpserver import Context
 
 from meta_agent.config.settings import Settings
-from meta_agent.front import approvals, parked
+from meta_agent.front.approvals import asking, parked
 from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio
@@ -115,7 +115,7 @@ async def test_the_session_connection_is_the_sdks_one_object_per_session() -> No
 
     @probe.tool()
     async def which(ctx: Context) -> str:
-        seen.append(approvals.session_connection(ctx))
+        seen.append(asking.session_connection(ctx))
         return "ok"
 
     for _session in range(2):
@@ -132,7 +132,7 @@ def test_the_session_connection_is_never_guessed() -> None:
     object would make "allow for this session" last one request)."""
     ctx: Any = SimpleNamespace(session=SimpleNamespace())  # a session of an SDK that moved it
     with pytest.raises(TypeError, match="connection_of needs updating"):
-        approvals.session_connection(ctx)
+        asking.session_connection(ctx)
 
 
 async def test_on_2026_07_28_allow_for_the_session_lasts_the_connection(llm: FakeLLM) -> None:

@@ -1,4 +1,4 @@
-"""The HTTP front as an OAuth resource server (front/auth.py), over real HTTP in this process: our server behind
+"""The HTTP front as an OAuth resource server (front/auth/resource_server.py), over real HTTP in this process: our server behind
 `serve_http` on 127.0.0.1, tokens of the tests' own authorization server (fixtures/oauth_server.py) on a thread.
 
 Every hostile token of issue 34 is refused with 401 `invalid_token` (a missing scope with 403), random `kid`s cost
@@ -33,10 +33,10 @@ from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from meta_agent.config.settings import Settings
-from meta_agent.front import jwks
-from meta_agent.front.auth import SUBJECT_KEY, JwtVerifier, RequireJwt, ResourceServer
-from meta_agent.front.http import serve_http
-from meta_agent.front.http_app import _BearerToken, http_app
+from meta_agent.front.auth import jwks
+from meta_agent.front.auth.resource_server import SUBJECT_KEY, JwtVerifier, RequireJwt, ResourceServer
+from meta_agent.front.http.app import _BearerToken, http_app
+from meta_agent.front.http.serve import serve_http
 from meta_agent.front.server import build_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]
@@ -333,7 +333,7 @@ async def test_a_rotated_key_is_fetched_once(llm: FakeLLM, issuer: AuthServer, m
 
 
 async def test_the_callers_subject_is_in_the_scope(issuer: AuthServer) -> None:
-    """The contract with front/subjects.py: `ISSUER#sub` as the token has it (static token: "token"); and the SDK's
+    """The contract with front/auth/subjects.py: `ISSUER#sub` as the token has it (static token: "token"); and the SDK's
     get_access_token() answers inside. Straight through the ASGI middleware, as an embedder mounts it: no h11 in front
     to cap the head, so a 1 MB header reaches it, and is refused before anything is parsed or fetched."""
     seen: list[tuple[str | None, str | None]] = []

@@ -1,4 +1,4 @@
-"""The OAuth resource server (front/auth.py, front/jwks.py) under attack, beyond the hostile tokens of test_auth.py:
+"""The OAuth resource server (front/auth/resource_server.py, front/auth/jwks.py) under attack, beyond the hostile tokens of test_auth.py:
 header tricks that try to bring their own key or a key of another type, `crit`, nested JWTs and JWEs, claims at the
 edges of the leeway and of what JSON holds; key sets served through redirects, gzip bombs and a byte at a time; and a
 slow issuer, which must not hold up the callers whose keys are already known, nor make discovery wait past its bound.
@@ -31,10 +31,10 @@ from starlette.routing import Route
 from threaded_web import ThreadedWeb
 
 from meta_agent.config.settings import Settings
-from meta_agent.front import jwks
-from meta_agent.front.auth import LEEWAY, JwtVerifier, ResourceServer, TokenRefused
-from meta_agent.front.http_app import http_app
-from meta_agent.front.jwks import KeySet, KeySetUnavailable, fetch_json
+from meta_agent.front.auth import jwks
+from meta_agent.front.auth.jwks import KeySet, KeySetUnavailable, fetch_json
+from meta_agent.front.auth.resource_server import LEEWAY, JwtVerifier, ResourceServer, TokenRefused
+from meta_agent.front.http.app import http_app
 from meta_agent.front.server import build_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]

@@ -179,8 +179,8 @@ async def test_a_line_outside_any_request_about_one_caller_goes_to_no_session(ll
     async with serving(llm, heard, mode="legacy") as client:
         await set_level(client, "info")
         structlog.get_logger("meta_agent.durable.runs").info("run_resumed", run_id="01M8FJX02CV2A6AC6N5PFF1J3F")
-        structlog.get_logger("meta_agent.front.tasks").info("task_question_declined", task_id="01M8FJX0")
-        structlog.get_logger("meta_agent.front.auth").info("token_refused", reason="expired")
+        structlog.get_logger("meta_agent.front.tasks.board").info("task_question_declined", task_id="01M8FJX0")
+        structlog.get_logger("meta_agent.front.auth.resource_server").info("token_refused", reason="expired")
         structlog.get_logger("meta_agent.children.supervisor").info("child_restarting", server="f")
         await heard.wait_for("child_restarting")
     assert heard.events() == ["child_restarting"]

@@ -1,6 +1,6 @@
-"""An issuer's keys (front/jwks.py) against servers on 127.0.0.1: discovery, bounded fetches, and how often a key set
+"""An issuer's keys (front/auth/jwks.py) against servers on 127.0.0.1: discovery, bounded fetches, and how often a key set
 is fetched under random `kid`s, key rotation and an issuer that is down, slow or huge (a clock of the test's own
-stands for the passing of time). And the META_AGENT_AUTH_* settings, checked at start (front/auth.py)."""
+stands for the passing of time). And the META_AGENT_AUTH_* settings, checked at start (front/auth/resource_server.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from threaded_web import ThreadedWeb
 
 from meta_agent.config.settings import Settings
 from meta_agent.errors import ConfigError
-from meta_agent.front import jwks
-from meta_agent.front.auth import ResourceServer, resource_server
-from meta_agent.front.jwks import KeySet, checked_url, discovery_urls
+from meta_agent.front.auth import jwks
+from meta_agent.front.auth.jwks import KeySet, checked_url, discovery_urls
+from meta_agent.front.auth.resource_server import ResourceServer, resource_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 INTERVAL = 30.0

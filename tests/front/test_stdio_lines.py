@@ -1,4 +1,4 @@
-"""front/stdio_lines.py: what each line a host writes on stdio is (a message, or the answer it is owed), and lines
+"""front/stdio/lines.py: what each line a host writes on stdio is (a message, or the answer it is owed), and lines
 read within a bound."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import mcp.types as t
 import pytest
 
-from meta_agent.front.stdio_lines import LINE_LIMIT, Refusal, lines_within, screened
+from meta_agent.front.stdio.lines import LINE_LIMIT, Refusal, lines_within, screened
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]
 

@@ -1,4 +1,4 @@
-"""Each subject's state is its own (front/subjects.py): our server over real HTTP in this process (`serve_http` on
+"""Each subject's state is its own (front/auth/subjects.py): our server over real HTTP in this process (`serve_http` on
 127.0.0.1), two callers with the SDK's real Client in both protocol eras. Who a caller is comes either from the auth
 layer's verified subject in the ASGI scope (set here by a small wrapper standing in for it, from a test header) or,
 without it, from the caller's Authorization header. Another subject presenting a conversation's id, or a run's, gets
@@ -27,9 +27,9 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent.config.settings import Settings
-from meta_agent.front.http_app import http_app
+from meta_agent.front.auth.subjects import SCOPE_KEY, subject_of
+from meta_agent.front.http.app import http_app
 from meta_agent.front.server import build_server
-from meta_agent.front.subjects import SCOPE_KEY, subject_of
 
 pytestmark = pytest.mark.anyio
 

@@ -26,8 +26,8 @@ from mcp.shared.exceptions import MCPError
 from raw_stdio import RawHost, raw_serving
 
 from meta_agent.config.settings import Settings
-from meta_agent.front.http import serve_http
-from meta_agent.front.http_app import http_app
+from meta_agent.front.http.app import http_app
+from meta_agent.front.http.serve import serve_http
 from meta_agent.front.server import build_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.processes]

@@ -127,7 +127,7 @@ async def test_a_task_whose_question_nobody_answers_fails_saying_why(
 ) -> None:
     """A task whose question is never answered is ended after the parked-run timeout: it reads `failed`, saying so,
     not `cancelled` (its caller cancelled nothing)."""
-    monkeypatch.setattr("meta_agent.front.parked.PARK_TIMEOUT", 0.5)
+    monkeypatch.setattr("meta_agent.front.approvals.parked.PARK_TIMEOUT", 0.5)
     deleting(llm)
     async with connected(llm, "2026-07-28") as raw:
         task_id = await start(raw, "delete /tmp/a")
@@ -138,8 +138,8 @@ async def test_a_task_whose_question_nobody_answers_fails_saying_why(
 async def test_a_task_refused_before_its_run_began_stays_failed(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     """A task whose arguments were refused has no run in the run index; once its result is no longer held in memory
     (KEEP_RESULTS later tasks), it must still read as ended, not `working` until its ttl runs out."""
-    monkeypatch.setattr("meta_agent.front.tasks.KEEP_RESULTS", 0)
-    monkeypatch.setattr("meta_agent.front.tasks.START_GRACE", 0.0)
+    monkeypatch.setattr("meta_agent.front.tasks.board.KEEP_RESULTS", 0)
+    monkeypatch.setattr("meta_agent.front.tasks.board.START_GRACE", 0.0)
     async with connected(llm, "2025-11-25") as raw:
         created = await raw(
             "tools/call", {"name": "agent", "arguments": {"task": "x", "max_steps": "many"}, "task": {}}

@@ -18,7 +18,7 @@ from mcp.shared.message import SessionMessage
 from meta_agent.shared.bounded_lines import Overlong
 
 # The longest line read from a child, in bytes: what one message may take in memory before it is parsed. As for a
-# host (front/stdio_lines.py): a result this long is more than a model reads whole, and a child writing without end
+# host (front/stdio/lines.py): a result this long is more than a model reads whole, and a child writing without end
 # must not grow our memory with it.
 LINE_LIMIT = 16 * 2**20
 DROPPED = f"over {LINE_LIMIT // 2**20} MiB, dropped unread"

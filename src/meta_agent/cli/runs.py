@@ -2,7 +2,7 @@
 shared database (META_AGENT_DATABASE_URL) the list is the run index's, every replica's runs, and a run whose trace is
 on another machine is told from its record there.
 
-Runs are their callers' (meta_agent.front.subjects). The command is run by whoever holds the database, as the local
+Runs are their callers' (meta_agent.front.auth.subjects). The command is run by whoever holds the database, as the local
 user: over the database it lists, and tells from the index, the local user's runs (those made off HTTP: stdio,
 `meta-agent run`, and rows from before runs had owners); `--owner SUBJECT` another subject's, `--all` everyone's,
 each with its owner: whoever can connect to the database can read every row anyway, so these say outright what
@@ -111,7 +111,7 @@ def _owner(args: argparse.Namespace, issuer: str) -> str | None:
     """Whose runs the command reads over the database: `--owner`'s as the rows hold it (a verified token's subject,
     named as the identity provider names it, is digested as the server does; `issuer`, META_AGENT_AUTH_ISSUER, is
     the one its `sub` alone is of), everyone's (`--all`: None), else the local user's."""
-    from meta_agent.front.subjects import stored_subject
+    from meta_agent.front.auth.subjects import stored_subject
     from meta_agent.store.database import LOCAL_OWNER
 
     if getattr(args, "all", False):

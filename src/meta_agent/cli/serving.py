@@ -40,7 +40,7 @@ log = structlog.get_logger(__name__)
 async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve MCP on stdin and stdout until the host closes stdin or a signal stops it."""
     from meta_agent.front.server import build_server
-    from meta_agent.front.stdio import serve_stdio
+    from meta_agent.front.stdio.serve import serve_stdio
 
     # Where the event loop cannot poll pipes (Windows) the SDK's own transport serves, which cannot tell the answers.
     hold = sys.platform != "win32"
@@ -55,9 +55,9 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
 @exported
 async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve streamable HTTP at /mcp on `--host` and `--port`; a port that cannot be listened on is exit 2."""
-    from meta_agent.front.auth import resource_server
-    from meta_agent.front.http import StartupFailed, serve_http
-    from meta_agent.front.http_app import http_app
+    from meta_agent.front.auth.resource_server import resource_server
+    from meta_agent.front.http.app import http_app
+    from meta_agent.front.http.serve import StartupFailed, serve_http
     from meta_agent.front.server import build_server
 
     try:

@@ -205,8 +205,8 @@ class Engine:
             questions: where the children's questions (elicitation) go to the caller.
             conversation_id: the conversation this run continues; None: a new one.
             run_id: the run's id, where the caller gave it one already (an MCP task's); None: a new one.
-            owner: whose run it is, an opaque subject of at most 40 characters (meta_agent.front.subjects): the run,
-                the conversation it starts and the tools allowed in it are that subject's, and a conversation of
+            owner: whose run it is, an opaque subject of at most 40 characters (meta_agent.front.auth.subjects): the
+                run, the conversation it starts and the tools allowed in it are that subject's, and a conversation of
                 another's is unknown to it. The local user's by default.
             call_key: the call that started it, as its caller's app knows it (front/apps): how a run view finds it.
 

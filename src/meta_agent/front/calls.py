@@ -19,7 +19,7 @@ from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver
 from meta_agent.engine import Engine
 from meta_agent.errors import MetaAgentError, summary
-from meta_agent.front.approvals import (
+from meta_agent.front.approvals.asking import (
     ForwardedQuestions,
     LiveApprover,
     ParkedApprover,
@@ -29,9 +29,9 @@ from meta_agent.front.approvals import (
     is_modern,
     over_http,
 )
+from meta_agent.front.auth.subjects import subject_of
 from meta_agent.front.progress import Progress
-from meta_agent.front.subjects import subject_of
-from meta_agent.front.tasks import CURRENT, TaskBoard
+from meta_agent.front.tasks.board import CURRENT, TaskBoard
 from meta_agent.front.tool_results import RunAnswer, run_failed, run_result
 from meta_agent.providers.sampling import SamplingProvider
 from meta_agent.store.database import LOCAL_OWNER
@@ -45,7 +45,7 @@ class Front:
     allowed "for this session": per MCP session (2025-11-25), and for 2026-07-28 callers off HTTP for the lifespan,
     which there serves one connection (stdio: the process, one user's session); over HTTP, per conversation, in the
     database (store/conversations.py). `owner`: the subject of the connection of callers off HTTP, which owns their
-    tasks and parked rounds (their conversations and runs are the local user's: meta_agent.front.subjects)."""
+    tasks and parked rounds (their conversations and runs are the local user's: meta_agent.front.auth.subjects)."""
 
     engine: Engine
     parked: ParkedRuns
@@ -64,8 +64,8 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
     """One run for a call of `ask`, `plan` or `agent`: parked between rounds for a 2026-07-28 caller that can be
     asked (approvals, and the children's questions, come back as questions), else live, with progress and, where the
     caller can elicit, approvals; a 2025-11-25 caller gets the children's questions live. A call made a task
-    (meta_agent.front.tasks) runs as that task's run: its questions wait, as a parked run's do, for the caller to read
-    them from the task. The run, its conversation and what is allowed in it are the caller's subject's."""
+    (meta_agent.front.tasks.board) runs as that task's run: its questions wait, as a parked run's do, for the caller to
+    read them from the task. The run, its conversation and what is allowed in it are the caller's subject's."""
     front = front_of(ctx)
     owner = subject_of(ctx.request_context.request, LOCAL_OWNER)  # of the run and its conversation, which outlive it
     connection = subject_of(ctx.request_context.request, front.owner)  # of its rounds and its session's grants

@@ -32,7 +32,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from meta_agent.front.approvals import connection_of
+from meta_agent.front.approvals.asking import connection_of
 from meta_agent.records.logs import add_log_tap
 from meta_agent.records.traces import Redactor
 
@@ -121,7 +121,9 @@ _NOBODY: Final = object()  # the request being served is a caller's that asked f
 # A line logged outside any request that names one of these is about one caller's state (a run another replica
 # resumed, a task's background work): it goes to no host, since every session would hear it.
 _PRIVATE_KEYS = ("run_id", "task_id", "conversation_id")
-_CALLERS_LOGGERS = ("meta_agent.front.auth",)  # a caller's refused token is not every session's business
+_CALLERS_LOGGERS = (
+    "meta_agent.front.auth.resource_server",
+)  # a caller's refused token is not every session's business
 _caller: ContextVar[Outbox | object | None] = ContextVar("host_log_caller", default=None)
 
 

@@ -1,5 +1,5 @@
 """The MCP server: `ask`, `plan`, `agent` and `image_gen`, with progress, and the toolbox resource; served on stdio
-by front.stdio and over streamable HTTP as front.http_app's ASGI app.
+by front.stdio.serve and over streamable HTTP as front.http.app's ASGI app.
 
 The server's lifespan owns an `Engine` (the children's supervisors), and the server says which (`engine`) to the
 HTTP health route. Each tool call runs the one loop with a progress reporter as its event sink; the reporter is closed
@@ -33,17 +33,18 @@ from meta_agent.config.settings import Settings
 from meta_agent.core.provider import Provider
 from meta_agent.engine import Engine
 from meta_agent.errors import MetaAgentError
-from meta_agent.front import task_protocol, trace_context
-from meta_agent.front.approvals import ParkedRuns, SessionAllowances, is_modern
+from meta_agent.front import trace_context
+from meta_agent.front.approvals.asking import ParkedRuns, SessionAllowances, is_modern
+from meta_agent.front.approvals.parked import SharedKey
+from meta_agent.front.auth.subjects import request_principal, subject_of
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.front.calls import Front, front_of, start_run
 from meta_agent.front.host_logs import HostLogs
-from meta_agent.front.parked import SharedKey
 from meta_agent.front.server_metrics import time_each_request
-from meta_agent.front.subjects import request_principal, subject_of
 from meta_agent.front.subscriptions import ToolboxSubscribers
-from meta_agent.front.task_protocol import PENDING, TasksExtension, relay_progress
-from meta_agent.front.tasks import TaskBoard, TaskRefused, TaskView
+from meta_agent.front.tasks import protocol as task_protocol
+from meta_agent.front.tasks.board import TaskBoard, TaskRefused, TaskView
+from meta_agent.front.tasks.protocol import PENDING, TasksExtension, relay_progress
 from meta_agent.front.tool_results import RunAnswer, content_block, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.records.traces import Redactor
@@ -140,7 +141,7 @@ class MetaAgentServer(MCPServer[Front]):
                     resumable=engine.runs.durable is not None,
                 )
                 background.start_soon(tasks.sweep)
-                # off HTTP the subject is the connection, which this lifespan serves (meta_agent.front.subjects)
+                # off HTTP the subject is the connection, which this lifespan serves (meta_agent.front.auth.subjects)
                 yield Front(engine, parked, tasks, f"local:{random_ulid()}", SessionAllowances())
             finally:
                 self.engine = None
@@ -165,7 +166,7 @@ class MetaAgentServer(MCPServer[Front]):
             raise ToolError(unknown)
         if (pending := PENDING.get()) is not None and context is not None:
             pending.made = await self._start_task(name, arguments, context, pending.ttl_ms)
-            return t.CallToolResult(content=[])  # never sent: the task is (meta_agent.front.task_protocol)
+            return t.CallToolResult(content=[])  # never sent: the task is (meta_agent.front.tasks.protocol)
         result = await unless_caller_leaves(context, partial(self._call, name, arguments, context))
         # Nobody reads this one: the SDK drops an answer to a closed stream.
         return result if result is not None else tool_error("the caller went away; the call was cancelled")

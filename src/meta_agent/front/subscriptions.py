@@ -26,7 +26,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 
-from meta_agent.front.approvals import connection_of
+from meta_agent.front.approvals.asking import connection_of
 
 log = structlog.get_logger(__name__)
 

@@ -10,7 +10,7 @@ conditional update, renewed while the turn runs and checked when it saves, so a 
 it within `LEASE_SECONDS`. The same conditional updates work on PostgreSQL, where replicas share conversations
 (README, Replicas on PostgreSQL).
 
-A conversation is its owner's (the subject of the caller that started it, meta_agent.front.subjects): another owner
+A conversation is its owner's (the subject of the caller that started it, meta_agent.front.auth.subjects): another owner
 presenting its id is told what an unknown id gets, before waiting for anything, and so are the tools allowed for
 the rest of it. New conversations get ids that are random through and through (meta_agent.shared.ids.random_id):
 nothing of their run's id, or of the time, gives them away.

@@ -142,7 +142,7 @@ def _tasks(sql: Sql) -> None:
 
 def _owners(sql: Sql) -> None:
     """6: whose each conversation, run, tool allowed for the rest of a conversation and parked round is: the subject
-    of the caller that made it (meta_agent.front.subjects), an opaque string; the rows made before are the local
+    of the caller that made it (meta_agent.front.auth.subjects), an opaque string; the rows made before are the local
     user's."""
     for table in ("conversations", "runs", "conversation_allowances", "parked_rounds"):
         sql.execute(f"alter table {table} add column owner text not null default '{LOCAL_OWNER}'")

@@ -10,7 +10,7 @@ Through a database outage nobody can renew: marks lapse that nobody gave up. So 
 promptly (RETRY_SECONDS), and a replica that lost touch with the database takes no lapsed run until it has been in
 touch again for a whole mark's span, time for every owner to have renewed; what lapsed by then was given up.
 
-A run is also its caller's: each row holds the subject that started it (`owner`, meta_agent.front.subjects), kept
+A run is also its caller's: each row holds the subject that started it (`owner`, meta_agent.front.auth.subjects), kept
 when another replica resumes the run, and a run is read, or listed, for its owner only.
 """
 

@@ -1,6 +1,6 @@
 """The task rows: which caller owns each MCP task (a run started by a task-augmented call) and how long it is kept,
 so that any replica sharing the database can say how a task is to the caller that made it, and to nobody else
-(meta_agent.front.tasks).
+(meta_agent.front.tasks.board).
 
 A task's id is its run's id; its status and result are the run's, from the run index (meta_agent.store.run_index).
 A row is kept `ttl_ms` from its creation, and while its run is running; then it is gone, as if it never was.

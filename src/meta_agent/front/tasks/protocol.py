@@ -1,4 +1,5 @@
-"""MCP tasks on the wire, in both protocol eras (README, Tasks); what a task is and does is meta_agent.front.tasks'.
+"""MCP tasks on the wire, in both protocol eras (README, Tasks); what a task is and does is
+meta_agent.front.tasks.board's.
 
 - 2025-11-25 (the core's experimental tasks): the server declares the `tasks` capability, and `agent` and `plan` say
   `execution.taskSupport: optional` in `tools/list`; a `tools/call` with a `task` gets a `CreateTaskResult` at once;
@@ -35,8 +36,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError
 from starlette.requests import Request
 
-from meta_agent.front.parked import CallerRequest
-from meta_agent.front.tasks import POLL_SECONDS, TASK_TOOLS, TaskBoard, TaskRefused, TaskView
+from meta_agent.front.approvals.parked import CallerRequest
+from meta_agent.front.tasks.board import POLL_SECONDS, TASK_TOOLS, TaskBoard, TaskRefused, TaskView
 
 log = structlog.get_logger(__name__)
 

@@ -1,6 +1,6 @@
-"""Bounds on what the HTTP front's connections may hold (README, Commands: `serve --transport http`), for `front.http`:
-a cap on the connections open at once below the process's file limit, a time limit for a request to arrive whole, and an
-accept loop that rests when the process is out of descriptors.
+"""Bounds on what the HTTP front's connections may hold (README, Commands: `serve --transport http`), for
+`front.http.serve`: a cap on the connections open at once below the process's file limit, a time limit for a request
+to arrive whole, and an accept loop that rests when the process is out of descriptors.
 
 uvicorn bounds none of these: its `limit_concurrency` answers 503 to a request that has arrived whole (a connection
 that sends half a request counts against nothing), its `timeout_keep_alive` runs only between requests (and a byte

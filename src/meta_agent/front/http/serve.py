@@ -1,4 +1,4 @@
-"""Serving an ASGI app (our MCP front: front.http_app) with uvicorn, stopped by cancellation.
+"""Serving an ASGI app (our MCP front: front.http.app) with uvicorn, stopped by cancellation.
 
 uvicorn's own signal handling does not fit a server that must stop its children before it exits: after a graceful
 stop it raises the signal again (a KeyboardInterrupt traceback, death by signal instead of exit code 128 + N), and a
@@ -6,7 +6,7 @@ second SIGINT sets its `force_exit`, which skips the lifespan shutdown where the
 catches no signal; the command line's `_until_signalled` does, and cancels `serve_http`, which then tells uvicorn to
 stop and waits, shielded, until it has: requests in flight are given `STOP_GRACE`, then the lifespan stops the children.
 
-The listening sockets and uvicorn's HTTP protocol come bounded from `front.http_limits`: connections under a cap below
+The listening sockets and uvicorn's HTTP protocol come bounded from `front.http.limits`: connections under a cap below
 the process's file limit, each request given a time to arrive whole, the accept loop resting when out of descriptors.
 """
 
@@ -20,7 +20,7 @@ import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
-from meta_agent.front.http_limits import Admission, bounded_h11, listener
+from meta_agent.front.http.limits import Admission, bounded_h11, listener
 
 # Requests still running when a stop begins get this long to finish before they are cancelled: an open SSE stream (a
 # 2025-11-25 caller's GET) or a long run would otherwise hold the stop, and the children's with it, forever.

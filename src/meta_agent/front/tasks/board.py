@@ -1,11 +1,11 @@
 """MCP tasks (README, Tasks): a call of `agent` or `plan` answered at once with a task, whose run goes on in the
 background while its caller reads how it is, answers its questions, reads its result or cancels it. The shapes of
-each protocol era are meta_agent.front.task_protocol's; this module is the same for both.
+each protocol era are meta_agent.front.tasks.protocol's; this module is the same for both.
 
-A task's id is its run's id. Its run is a detached parked run (meta_agent.front.parked): its questions (approvals,
-and its children's questions) wait one at a time, numbered, for an answer, bounded as every parked run is
+A task's id is its run's id. Its run is a detached parked run (meta_agent.front.approvals.parked): its questions
+(approvals, and its children's questions) wait one at a time, numbered, for an answer, bounded as every parked run is
 (META_AGENT_MAX_PARKED, PARK_TIMEOUT), and holding no file descriptor meanwhile. At most META_AGENT_MAX_TASKS
-tasks run at once per process. Whoever made a task owns it (its subject, meta_agent.front.subjects): anyone else
+tasks run at once per process. Whoever made a task owns it (its subject, meta_agent.front.auth.subjects): anyone else
 presenting its id is told what an unknown id gets. The task rows (meta_agent.store.tasks) with the run index say how
 a task is on every replica of a shared database; on PostgreSQL a task's questions and cancellation reach its replica
 through the parked rounds, and a task whose replica died is finished by another (its run is durable). A task is kept
@@ -27,7 +27,7 @@ import structlog
 from pydantic import TypeAdapter, ValidationError
 
 from meta_agent.core import events as ev
-from meta_agent.front.parked import CallerRequest, ParkedRun, ParkingSpaces, Question
+from meta_agent.front.approvals.parked import CallerRequest, ParkedRun, ParkingSpaces, Question
 from meta_agent.front.progress import progress_message
 from meta_agent.front.tool_results import stored_result, tool_error
 from meta_agent.shared.ids import random_ulid

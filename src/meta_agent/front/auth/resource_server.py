@@ -3,15 +3,15 @@ authorization server (META_AGENT_AUTH_ISSUER) issued for this server (META_AGENT
 META_AGENT_AUTH_SCOPES asks for.
 
 A token is checked, cheapest first: its length (MAX_TOKEN_CHARS), its header (an `alg` the named key's type signs with:
-never `none`, never an HMAC), its key (front/jwks.py), its signature, then `iss`, `aud`, `exp` (required), `nbf`
+never `none`, never an HMAC), its key (front/auth/jwks.py), its signature, then `iss`, `aud`, `exp` (required), `nbf`
 (where present; LEEWAY either way), `sub` (required) and the scopes. Without a token the answer is 401 with
 `WWW-Authenticate: Bearer resource_metadata="…"`, which sends an MCP client to the protected resource metadata
 (RFC 9728) served here and from there to the authorization server; with a token that fails, 401 `invalid_token`;
 with too few scopes, 403 `insufficient_scope`.
 
 A token that passes makes the request the subject's: `scope["meta_agent.subject"]` is `<issuer>#<sub>` (what
-front/subjects.py turns into the owner of the caller's state), and `scope["user"]` the SDK's AuthenticatedUser, so that
-a 2025-11-25 session is bound to the subject that opened it and the SDK's `get_access_token()` answers in a tool.
+front/auth/subjects.py turns into the owner of the caller's state), and `scope["user"]` the SDK's AuthenticatedUser, so
+that a 2025-11-25 session is bound to the subject that opened it and the SDK's `get_access_token()` answers in a tool.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent.config.settings import Settings
 from meta_agent.errors import ConfigError
-from meta_agent.front.jwks import KeySet, checked_url
+from meta_agent.front.auth.jwks import KeySet, checked_url
 
 log = structlog.get_logger(__name__)
 
-SUBJECT_KEY = "meta_agent.subject"  # the ASGI scope's key for the caller's subject (front/subjects.py reads it)
+SUBJECT_KEY = "meta_agent.subject"  # the ASGI scope's key for the caller's subject (front/auth/subjects.py reads it)
 # Longer than any access token an identity provider issues (Entra ID's, with group claims, reach about 8 KB), and
 # checked before anything is parsed; h11 already refuses a request head over 16 KB.
 MAX_TOKEN_CHARS = 12_000

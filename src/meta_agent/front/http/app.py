@@ -1,6 +1,6 @@
 """Our MCP server as an ASGI app: streamable HTTP at /mcp behind exact Host/Origin checks and, optionally, a static
-bearer token or OAuth access tokens (front/auth.py, with the protected resource metadata), and /health. `front.http`
-serves it with uvicorn; an embedder may mount it in an app of its own.
+bearer token or OAuth access tokens (front/auth/resource_server.py, with the protected resource metadata), and
+/health. `front.http.serve` serves it with uvicorn; an embedder may mount it in an app of its own.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meta_agent.errors import ConfigError, summary
-from meta_agent.front.auth import (
+from meta_agent.front.auth.resource_server import (
     SUBJECT_KEY,
     JwtVerifier,
     RequireJwt,
     ResourceServer,
     metadata_routes,
 )
-from meta_agent.front.http_guard import LOOPBACK, Authority, HostGuard, allowed_authority
+from meta_agent.front.auth.subjects import STATIC_TOKEN_SUBJECT
+from meta_agent.front.http.guard import LOOPBACK, Authority, HostGuard, allowed_authority
 from meta_agent.front.server import MetaAgentServer
-from meta_agent.front.subjects import STATIC_TOKEN_SUBJECT
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)

@@ -1,9 +1,9 @@
 """Who a request comes from: its subject, the owner of the conversations, runs, tasks, parked rounds and "allowed
 for this session/conversation" grants it makes. Another subject presenting their ids is told what an unknown id gets.
 
-- Over HTTP behind the resource-server check (meta_agent.front.auth), the verified token's subject, which that layer
-  puts in the ASGI scope under `SCOPE_KEY` as `ISSUER#SUB` (with the static META_AGENT_HTTP_TOKEN: `token`, its one
-  holder).
+- Over HTTP behind the resource-server check (meta_agent.front.auth.resource_server), the verified token's subject,
+  which that layer puts in the ASGI scope under `SCOPE_KEY` as `ISSUER#SUB` (with the static META_AGENT_HTTP_TOKEN:
+  `token`, its one holder).
 - Over HTTP without it, the holder of the request's credentials: its Authorization header (none: everyone who
   reaches the server without one is one subject).
 - Off HTTP (stdio, in memory), `local`, which the caller of `subject_of` chooses: for what lives as long as the

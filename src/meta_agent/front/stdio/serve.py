@@ -4,7 +4,7 @@ The SDK's `MCPServer.run_stdio_async()` reads stdin on a worker thread, and a th
 cancelled: after SIGTERM or SIGINT the children were stopped, but the process then waited for the host to close
 stdin (a host that keeps it open had to SIGKILL us). Here stdin is read only once the event loop reports it
 readable, so cancelling the server ends the read at once. The lines are framed here as the SDK's `stdio_server`
-frames them, except that a line that is no valid message is answered as JSON-RPC says (front/stdio_lines.py), where
+frames them, except that a line that is no valid message is answered as JSON-RPC says (front/stdio/lines.py), where
 the SDK's session dropped it and left its caller waiting. As the SDK would, we point fd 0 at /dev/null and fd 1 at
 stderr while serving (stray prints miss the wire) and use private duplicates of the real ones. Each message goes out
 whole in one worker-thread call (the SDK's own writer makes two: write, then flush).
@@ -36,7 +36,7 @@ from mcp.shared.message import SessionMessage
 
 from meta_agent.children.stdio import CHUNK
 from meta_agent.front.server import MetaAgentServer
-from meta_agent.front.stdio_lines import Complaints, Refusal, lines_within, screened
+from meta_agent.front.stdio.lines import Complaints, Refusal, lines_within, screened
 
 if sys.platform != "win32":
     import fcntl

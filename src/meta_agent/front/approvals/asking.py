@@ -5,15 +5,15 @@ child's own questions during a call on to that user.
   "Allow for this session" lasts as long as the MCP session. A child's questions go to the caller live too
   (`ForwardedQuestions`).
 - 2026-07-28 callers with elicitation: there is no back-channel, so the run is parked between the rounds of its call
-  (`ParkedRuns`; the rounds themselves are meta_agent.front.parked): an approval is a round whose input request is
-  the question (key "approval"), and so is a child's elicitation, or its sampling where the caller declared
-  sampling (key "question", the child's request as it came), one question at a time. "Allow for this session"
+  (`ParkedRuns`; the rounds themselves are meta_agent.front.approvals.parked): an approval is a round whose input
+  request is the question (key "approval"), and so is a child's elicitation, or its sampling where the caller
+  declared sampling (key "question", the child's request as it came), one question at a time. "Allow for this session"
   lasts, off HTTP, for the server's lifespan, which there serves one connection (stdio: the process, one user's
   session; in memory: the client), and over HTTP, which has no session in this era, for the conversation
   (kept in the database with the conversations, so every replica sharing it knows); the question then says "this
   conversation". Which transport a request came by is
   told by `over_http`.
-- Every grant is its subject's (meta_agent.front.subjects): a session's per subject, a conversation's with the
+- Every grant is its subject's (meta_agent.front.auth.subjects): a session's per subject, a conversation's with the
   conversation, which is one subject's; a parked run takes answers from its own subject only.
 - Callers that declare no elicitation get no approver at all: the loop refuses `ask` tools, naming the setting. A
   2026-07-28 caller among them has no parked run either, so its children's questions are declined (elicitation)
@@ -41,7 +41,7 @@ from meta_agent.children.questions import Questions
 from meta_agent.core.event_lines import arguments_line
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
-from meta_agent.front.parked import ANSWERED, NO_LONGER_PENDING, ParkedRun, ParkingSpaces, Sink
+from meta_agent.front.approvals.parked import ANSWERED, NO_LONGER_PENDING, ParkedRun, ParkingSpaces, Sink
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
 from meta_agent.store.parking import Note, SharedRounds
@@ -140,7 +140,7 @@ def connection_of(session: ServerSession) -> Connection:
     if not isinstance(connection, Connection):
         raise TypeError(
             "this mcp SDK keeps no Connection in ServerSession._connection; "
-            "meta_agent.front.approvals.connection_of needs updating for it"
+            "meta_agent.front.approvals.asking.connection_of needs updating for it"
         )
     return connection
 

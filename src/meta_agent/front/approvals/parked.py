@@ -3,13 +3,13 @@
 This era has no back-channel: to ask the caller anything, the tool call *returns* an input-required result carrying
 the question and a sealed request state, and the run waits, parked, until the caller retries with the answer, then
 goes on from where it stopped. Two kinds of question take that road, one at a time and numbered alike: the loop's
-approvals (meta_agent.front.approvals) and a child's own questions during a call (elicitation; sampling where the
+approvals (meta_agent.front.approvals.asking) and a child's own questions during a call (elicitation; sampling where the
 caller declared it), which reach the caller as the child asked them and whose answers reach the child as the caller
 gave them. A parked run nobody resumes is cancelled after `PARK_TIMEOUT`, and its children's calls with it. At
 most META_AGENT_MAX_PARKED runs wait at once (`ParkingSpaces`); a run that would wait past that ends at once, its
 call answered with a one-line error saying so. A waiting run holds no file descriptor (its trace is not kept open).
-A parked run is its caller's (`owner`, the subject of meta_agent.front.subjects): a retry from anyone else, even one
-carrying the round's own request state, is told the question is no longer pending, as a run that ended is.
+A parked run is its caller's (`owner`, the subject of meta_agent.front.auth.subjects): a retry from anyone else, even
+one carrying the round's own request state, is told the question is no longer pending, as a run that ended is.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""MCP tasks: the board that keeps them and their shapes on the wire in both protocol eras."""
