@@ -10,6 +10,7 @@ from typing import Any, cast
 import anyio
 import mcp.types as t
 import structlog
+from mcp.server.apps import client_supports_apps
 from mcp.server.mcpserver import Context
 
 from meta_agent.children.questions import Questions
@@ -29,11 +30,13 @@ from meta_agent.front.approvals.asking import (
     is_modern,
     over_http,
 )
+from meta_agent.front.apps.views import AppViews, call_key
 from meta_agent.front.auth.subjects import subject_of
 from meta_agent.front.progress import Progress
 from meta_agent.front.tasks.board import CURRENT, TaskBoard
 from meta_agent.front.tool_results import RunAnswer, run_failed, run_result
 from meta_agent.providers.sampling import SamplingProvider
+from meta_agent.shared.ids import random_ulid
 from meta_agent.store.database import LOCAL_OWNER
 
 log = structlog.get_logger(__name__)
@@ -45,13 +48,15 @@ class Front:
     allowed "for this session": per MCP session (2025-11-25), and for 2026-07-28 callers off HTTP for the lifespan,
     which there serves one connection (stdio: the process, one user's session); over HTTP, per conversation, in the
     database (store/conversations.py). `owner`: the subject of the connection of callers off HTTP, which owns their
-    tasks and parked rounds (their conversations and runs are the local user's: meta_agent.front.auth.subjects)."""
+    tasks and parked rounds (their conversations and runs are the local user's: meta_agent.front.auth.subjects).
+    `views`: what the apps and the console read and change (front/apps/views.py)."""
 
     engine: Engine
     parked: ParkedRuns
     tasks: TaskBoard
     owner: str
     allowances: SessionAllowances
+    views: AppViews
     pipe_allowances: set[str] = field(default_factory=set)
 
 
@@ -83,10 +88,17 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
     elif can_elicit(ctx):
         allowed = front.allowances.of(ctx, connection)
 
+    # The call's key, and the run's id made here: a host's app finds the run by the call, and its view asks by the id.
+    arguments["call_key"] = call_key(connection, ctx.request_context.request_id)
+    arguments["run_id"] = random_ulid()
+    shown = client_supports_apps(ctx)
+
     async def work(
         emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None, questions: Questions | None
     ) -> t.CallToolResult:
         failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
+        if shown:  # its host shows the run view: the view asks too (the first answer wins), or alone
+            approver = front.views.approver(approver, arguments["run_id"], owner)
 
         async def watched(event: ev.Event) -> None:
             if isinstance(event, ev.RunFailed) and event.result is not None:

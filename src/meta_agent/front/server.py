@@ -21,6 +21,7 @@ import anyio
 import mcp.types as t
 import structlog
 from mcp.server import MCPServer
+from mcp.server.apps import client_supports_apps
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
@@ -36,6 +37,9 @@ from meta_agent.errors import MetaAgentError
 from meta_agent.front import trace_context
 from meta_agent.front.approvals.asking import ParkedRuns, SessionAllowances, is_modern
 from meta_agent.front.approvals.parked import SharedKey
+from meta_agent.front.apps.listing import apps_for_ui_hosts
+from meta_agent.front.apps.tools import RUN_VIEW, UI_TOOLS, apps_extension
+from meta_agent.front.apps.views import AppViews
 from meta_agent.front.auth.subjects import request_principal, subject_of
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
 from meta_agent.front.calls import Front, front_of, start_run
@@ -65,6 +69,7 @@ INSTRUCTIONS = (
     " meta-agent://runs/{run_id} tells how a run is, and its result when done."
 )
 
+RUN_VIEW_META = {"ui": {"resourceUri": RUN_VIEW}}  # hosts that show MCP Apps show the run in the run view
 ToolPatterns = Annotated[
     list[str] | None,
     Field(description='Glob patterns over tool names ("time.*", "image_gen"); absent: every tool of the mode.'),
@@ -102,8 +107,9 @@ class MetaAgentServer(MCPServer[Front]):
                 request_state_security=RequestStateSecurity(keys=[os.urandom(32)], bind_principal=request_principal)
                 if self._shared_key is None
                 else RequestStateSecurity(codec=self._shared_key, bind_principal=request_principal),
-                extensions=[TasksExtension()],
-                middleware=[time_each_request],  # mcp.server.operation.duration
+                extensions=[TasksExtension(), apps_extension()],
+                # mcp.server.operation.duration; the apps' tools and views listed only to hosts that show them
+                middleware=[time_each_request, apps_for_ui_hosts],
             )
         # MCPServer offers no public way to add a spec request handler.
         self.subscribers.install(self._lowlevel_server)
@@ -141,8 +147,9 @@ class MetaAgentServer(MCPServer[Front]):
                     resumable=engine.runs.durable is not None,
                 )
                 background.start_soon(tasks.sweep)
+                views = AppViews(engine, background, max_runs=settings.max_tasks)
                 # off HTTP the subject is the connection, which this lifespan serves (meta_agent.front.auth.subjects)
-                yield Front(engine, parked, tasks, f"local:{random_ulid()}", SessionAllowances())
+                yield Front(engine, parked, tasks, f"local:{random_ulid()}", SessionAllowances(), views)
             finally:
                 self.engine = None
                 background.cancel_scope.cancel()
@@ -161,6 +168,8 @@ class MetaAgentServer(MCPServer[Front]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> t.CallToolResult | t.InputRequiredResult:
+        if name in UI_TOOLS and (context is None or not client_supports_apps(context)):
+            raise ToolError(f"Unknown tool: {name}")  # as to a host that does not show the apps (front/apps)
         tool = next((tool for tool in await self.list_tools() if tool.name == name), None)
         if tool is not None and (unknown := unknown_argument(name, arguments, tool.input_schema)):
             raise ToolError(unknown)
@@ -299,6 +308,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
 
     @server.tool(
         title="Ask the model",
+        meta=RUN_VIEW_META,
         annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
     )
     async def ask(
@@ -312,6 +322,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
 
     @server.tool(
         title="Plan a task",
+        meta=RUN_VIEW_META,
         annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
     )
     async def plan(
@@ -325,6 +336,7 @@ def _add_run_tools(server: MetaAgentServer) -> None:
 
     @server.tool(
         title="Run an agent",
+        meta=RUN_VIEW_META,
         annotations=t.ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True),
     )
     async def agent(

@@ -45,9 +45,9 @@ class AppQuestions:
         body = json.dumps(arguments, ensure_ascii=False, default=str)
         await anyio.to_thread.run_sync(self.database.run, _ask, run_id, key, owner, step, name, body)
 
-    async def settle(self, run_id: str, key: str, owner: str | None, answer: Settled) -> Settled | None:
+    async def settle(self, run_id: str, key: str, owner: str | None, answer: Settled) -> tuple[Settled, bool] | None:
         """Answer `owner`'s (None: whoever's) open question `key` of `run_id` with `answer`: the answer it has now,
-        this one or an earlier one that won; None: there is no such question of `owner`'s.
+        and whether it is this one (else an earlier one won); None: there is no such question of `owner`'s.
 
         Raises:
             self.database.errors: the database cannot be reached.
@@ -79,14 +79,16 @@ def _ask(sql: Sql, run_id: str, key: str, owner: str, step: int, name: str, body
     )
 
 
-def _settle(sql: Sql, run_id: str, key: str, owner: str | None, answer: Settled) -> Settled | None:
+def _settle(sql: Sql, run_id: str, key: str, owner: str | None, answer: Settled) -> tuple[Settled, bool] | None:
     mine, args = ("", ()) if owner is None else (" and owner = ?", (owner,))
-    sql.execute(
+    taken = sql.execute(
         f"update app_questions set answer = ?, allowed = ? where run_id = ? and key = ?{mine} and answer is null",
         (answer.answer, int(answer.allowed), run_id, key, *args),
     )
     row = sql.one(f"select answer, allowed from app_questions where run_id = ? and key = ?{mine}", (run_id, key, *args))
-    return None if row is None or row[0] is None else Settled(allowed=bool(row[1]), answer=str(row[0]))
+    if row is None or row[0] is None:
+        return None
+    return Settled(allowed=bool(row[1]), answer=str(row[0])), taken == 1
 
 
 def _answer_of(sql: Sql, run_id: str, key: str) -> Settled | None:

@@ -222,7 +222,8 @@ class LiveToolbox:
         unavailable = self._unavailable(needed)
         tools = tuple(as_chosen(self.select(patterns, mode), patterns, chosen))
         search = None
-        if search_on(tool_search, mode, len(tools)):  # find_tools first, the pinned tools beside it
+        # find_tools first, the pinned tools beside it; not for a subject that switched it off
+        if search_on(tool_search, mode, len(tools)) and "find_tools" not in chosen.off:
             finder = find_tools_tool()
             found = Toolbox.build([finder], (), self._recorded, trust_problem=self.trust_problem).tools[0]
             search = SearchPlan(finder=finder, shown=frozenset({found.name, *pinned(self.pool, tools)}))

@@ -287,6 +287,8 @@ class ParkedRuns:
         """Give question `seq` of a run parked here the caller's `responses`; or why it cannot be answered. Where
         rounds are shared, the database takes the answer first: a retry of the same round through another replica
         must not answer it too."""
+        if run.was_withdrawn(seq):  # answered in the run view meanwhile: the call goes on, the late answer unused
+            return None
         if (why := run.can_answer(seq)) is not None:
             return why
         if self._shared is not None:

@@ -135,6 +135,7 @@ class ParkedRun:
         self._asking = anyio.Lock()
         self._seq = 0
         self._pending: _Pending | None = None
+        self.withdrawn: set[int] = set()  # questions answered elsewhere (the run view) before the caller answered
         self._outcome: tuple[int, Question | t.CallToolResult] | None = None  # the latest, and its number
         self._posted = anyio.Event()  # set (and replaced) when an outcome is posted
         self._ended = False
@@ -166,6 +167,10 @@ class ParkedRun:
                         await pending.answered.wait()
                         answers.cancel_scope.cancel()
                     return pending.response
+            except anyio.get_cancelled_exc_class():  # withdrawn (answered in the run view), or the run ends
+                if not pending.answered.is_set():
+                    self.withdrawn.add(pending.seq)
+                raise
             finally:
                 self._pending = None
                 self._spaces.give_back()
@@ -245,6 +250,11 @@ class ParkedRun:
         if pending is None or pending.seq != seq or pending.answered.is_set():
             return ANSWERED
         return None
+
+    def was_withdrawn(self, seq: int) -> bool:
+        """Whether question `seq` was withdrawn (answered in the run view) and no round of the call is waiting: a
+        round answering it late goes on with the call."""
+        return seq in self.withdrawn and not self._round_live
 
     def answer(self, seq: int, responses: Mapping[str, t.InputResponse]) -> bool:
         """Hand the caller's `responses` to question `seq`; False if that question is not the one pending (answered,
