@@ -148,6 +148,10 @@ async def test_another_subjects_run_is_unknown_to_the_view(llm: FakeLLM, tmp_pat
     assert mine["run"]["status"] == "done"
 
 
+async def run_of_now(host: Client, run_id: str) -> list[dict[str, Any]]:
+    return list((await app(host, "app_run", run_id=run_id))["events"])
+
+
 async def pending_of(host: Client, request_id: str) -> tuple[str, dict[str, Any]]:
     """Wait, as the view polls, for the run of the call `request_id` to ask: its id and the question."""
     with anyio.fail_after(30):
@@ -294,3 +298,44 @@ async def _exists(host: Client, run_id: str) -> bool:
     """Whether the run started in the background is in the index yet."""
     result = await host.call_tool("app_run", {"run_id": run_id})
     return not result.is_error
+
+
+async def test_a_parked_call_answered_in_the_view_goes_on_past_the_late_answer(llm: FakeLLM, tmp_path: Path) -> None:
+    """A 2026-07-28 host that can be asked and shows the view: the question is a round of the call and a row of the
+    view; the view answers first, so the round's question is withdrawn, and the host's late answer to it only goes
+    on with the call (it is not taken: the view allowed, the host denied)."""
+    server = build_server(settings(tmp_path), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/tmp/d"})))
+    llm.reply(openai_reply("finished"))
+    viewed = anyio.Event()
+    results: list[t.CallToolResult] = []
+
+    asked: list[str] = []
+
+    async def late(_ctx: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        with anyio.fail_after(30):
+            await viewed.wait()
+        return accept("deny")
+
+    async with (
+        Client(server, extensions=UI, elicitation_callback=late) as host,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def call() -> None:
+            with call_ids(host, "parked-1"):
+                results.append(await host.call_tool("agent", {"task": "delete /tmp/d"}))
+
+        tg.start_soon(call)
+        run_id, question = await pending_of(host, "parked-1")
+        answer = await app(host, "app_answer", run_id=run_id, key=question["key"], decision="approve")
+        with anyio.fail_after(30):  # the run goes on with the view's answer before the host's comes
+            while not any(event["kind"] == "tool_result" for event in (await run_of_now(host, run_id))):
+                await anyio.sleep(0.05)
+        viewed.set()
+    assert answer["ok"] and len(asked) == 1  # the host was asked too, and answered late
+    (result,) = results
+    assert not result.is_error, result.content
+    assert result.structured_content["steps"][0]["tool_calls"][0]["ok"] is True  # type: ignore[index]
+    assert tool_message(llm) == "deleted /tmp/d"

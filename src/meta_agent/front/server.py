@@ -89,6 +89,7 @@ class MetaAgentServer(MCPServer[Front]):
     ) -> None:
         """`shared_state`: replicas share a PostgreSQL database, and with it the key that seals request states."""
         self.engine: Engine | None = None
+        self.front: Front | None = None  # what the lifespan holds, while it runs (the web console's views use it)
         self.hold_children = hold_children
         self._open_engine = open_engine
         self.subscribers = ToolboxSubscribers(TOOLBOX_URI)
@@ -149,9 +150,11 @@ class MetaAgentServer(MCPServer[Front]):
                 background.start_soon(tasks.sweep)
                 views = AppViews(engine, background, max_runs=settings.max_tasks)
                 # off HTTP the subject is the connection, which this lifespan serves (meta_agent.front.auth.subjects)
-                yield Front(engine, parked, tasks, f"local:{random_ulid()}", SessionAllowances(), views)
+                self.front = Front(engine, parked, tasks, f"local:{random_ulid()}", SessionAllowances(), views)
+                yield self.front
             finally:
                 self.engine = None
+                self.front = None
                 background.cancel_scope.cancel()
 
     @asynccontextmanager

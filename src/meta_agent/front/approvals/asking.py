@@ -41,7 +41,14 @@ from meta_agent.children.questions import Questions
 from meta_agent.core.event_lines import arguments_line
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
-from meta_agent.front.approvals.parked import ANSWERED, NO_LONGER_PENDING, ParkedRun, ParkingSpaces, Sink
+from meta_agent.front.approvals.parked import (
+    ANSWERED,
+    NO_LONGER_PENDING,
+    PARK_TIMEOUT,
+    ParkedRun,
+    ParkingSpaces,
+    Sink,
+)
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
 from meta_agent.store.parking import Note, SharedRounds
@@ -280,8 +287,22 @@ class ParkedRuns:
         run = ParkedRun(self.spaces, sampling=sampling, shared=self._shared, owner=owner)
         self._runs[run.id] = run
         approver = ParkedApprover(run, allowed, scope)
-        self._tg.start_soon(run.execute, partial(work, run.emit, approver, run), lambda: self._runs.pop(run.id, None))
+        self._tg.start_soon(run.execute, partial(work, run.emit, approver, run), partial(self._ended, run))
         return run
+
+    def _ended(self, run: ParkedRun) -> None:
+        """Forget the ended `run`; but one that ended on an answer given in the run view, while its caller had not
+        come back with its own, is kept until the caller comes back (its late answer collects the result), for as
+        long as a question waits at most."""
+        if not run.withdrawn:
+            self._runs.pop(run.id, None)
+            return
+
+        async def later() -> None:
+            await anyio.sleep(PARK_TIMEOUT)
+            self._runs.pop(run.id, None)
+
+        self._tg.start_soon(later)
 
     async def _answer(self, run: ParkedRun, seq: int, responses: Mapping[str, t.InputResponse]) -> str | None:
         """Give question `seq` of a run parked here the caller's `responses`; or why it cannot be answered. Where

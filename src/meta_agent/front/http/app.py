@@ -5,7 +5,6 @@ bearer token or OAuth access tokens (front/auth/resource_server.py, with the pro
 
 from __future__ import annotations
 
-import hmac
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -28,6 +27,7 @@ from meta_agent.front.auth.resource_server import (
     ResourceServer,
     metadata_routes,
 )
+from meta_agent.front.auth.static_token import bearer_matches
 from meta_agent.front.auth.subjects import STATIC_TOKEN_SUBJECT
 from meta_agent.front.http.guard import LOOPBACK, Authority, HostGuard, allowed_authority
 from meta_agent.front.server import MetaAgentServer
@@ -83,7 +83,7 @@ def http_app(
             return False
         if jwt_gate is not None:
             return await jwt_gate.passes(given)
-        return not token or _bearer_matches(given, token)
+        return not token or bearer_matches(given, token)
 
     async def health(request: Request) -> JSONResponse:
         engine = server.engine
@@ -145,7 +145,7 @@ class _BearerToken:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         given = dict(scope["headers"]).get(b"authorization", b"") if scope["type"] == "http" else None
-        if given is not None and not _bearer_matches(given, self._expected):
+        if given is not None and not bearer_matches(given, self._expected):
             response = JSONResponse(
                 {"error": "missing or wrong bearer token (META_AGENT_HTTP_TOKEN)"},
                 status_code=401,
@@ -156,10 +156,3 @@ class _BearerToken:
         if given is not None:
             scope[SUBJECT_KEY] = STATIC_TOKEN_SUBJECT
         await self._app(scope, receive, send)
-
-
-def _bearer_matches(authorization: bytes, token: str) -> bool:
-    """Whether an Authorization header is `Bearer <token>`: the scheme in any case (RFC 6750), the token compared
-    in constant time."""
-    scheme, _, given = authorization.partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token.encode())
