@@ -283,7 +283,7 @@ class RunFeed:
             finally:
                 writer.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
-                    await self._flush()
+                    await self.flush()
         if failure is not None:
             raise failure
 
@@ -300,9 +300,10 @@ class RunFeed:
     async def _flushing(self) -> None:
         while True:
             await anyio.sleep(FLUSH_SECONDS)
-            await self._flush()
+            await self.flush()
 
-    async def _flush(self) -> None:
+    async def flush(self) -> None:
+        """Write the events taken since the last batch; what the database does not take waits for the next one."""
         batch, self._pending = self._pending, []
         try:
             await self.store.append(self.run_id, batch)

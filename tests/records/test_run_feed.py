@@ -1,0 +1,155 @@
+"""A run's events as its views read them (records/run_feed.py): text made safe and bounded, every part of an event
+bounded however large what a model or a child sent, a run's events bounded in count and size with its end always
+kept, a resumed run numbered on, and a database that fails costing the run nothing — against the store's own seam,
+with SQLite for the rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import structlog
+
+from meta_agent.core import events as ev
+from meta_agent.core.messages import ImagePart, TextPart
+from meta_agent.core.result import RunResult, RunUsage
+from meta_agent.records import run_feed
+from meta_agent.records.run_feed import ARGUMENT_CHARS, TEXT_CHARS, RunFeed, shown, view_of
+from meta_agent.store.database import SqliteDatabase
+from meta_agent.store.run_events import PAGE_EVENTS, RunEvents
+
+pytestmark = [pytest.mark.anyio, pytest.mark.quick]
+
+
+@pytest.mark.parametrize(
+    ("text", "seen"),
+    [
+        ("plain\nlines\tand tabs", "plain\nlines\tand tabs"),
+        ("\x1b[31mred\x1b[0m", "␛[31mred␛[0m"),
+        ("carriage\rreturn\x00nul\x7fdel", "carriage␍return␀nul\u2421del"),
+        ("abc\u202edcba\u2066x\u2069", "abc<U+202E>dcba<U+2066>x<U+2069>"),
+        ("lone \ud800 surrogate", "lone \ufffd surrogate"),
+        ("<script>alert(1)</script>", "<script>alert(1)</script>"),  # markup stays text: the page never parses it
+    ],
+)
+def test_text_is_shown_safely(text: str, seen: str) -> None:
+    assert shown(text) == (seen, False)
+
+
+def finished(parts: Sequence[TextPart | ImagePart]) -> ev.ToolCallFinished:
+    return ev.ToolCallFinished(step=1, call_id="c1", name="kid.big", ok=True, duration_ms=3, full_result=tuple(parts))
+
+
+def test_a_huge_result_is_cut_and_its_images_counted() -> None:
+    image = ImagePart(data="AAAA", mime_type="image/png")
+    body = view_of(finished([TextPart(text="x" * 10_000_000), image, TextPart(text="more"), image]))
+    assert body is not None and body["cut"] and body["images"] == 2
+    assert body["text"].startswith("x" * TEXT_CHARS) and body["text"].endswith("more characters not shown]")
+    assert len(body["text"]) < TEXT_CHARS + 100
+
+
+def test_large_arguments_become_their_first_characters() -> None:
+    small = view_of(ev.ToolCallStarted(step=1, call_id="c", name="k.t", arguments={"a": ["\x1b", {"\u202e": 1}]}))
+    large = view_of(ev.ToolCallStarted(step=1, call_id="c", name="k.t", arguments={"a": "y" * 100_000}))
+    assert small is not None and small["arguments"] == {"a": ["␛", {"<U+202E>": 1}]} and not small["cut"]
+    assert large is not None and large["cut"] and isinstance(large["arguments"], str)
+    assert large["arguments"].startswith('{"a": "yyy') and len(large["arguments"]) < ARGUMENT_CHARS + 100
+
+
+def test_what_no_view_shows_is_left_out() -> None:
+    assert view_of(ev.Heartbeat(step=1, waiting_for="model", elapsed_s=10)) is None
+    assert view_of(ev.ChildProgress(step=1, call_id="c", name="k.t", progress=1, total=None, message="m")) is None
+
+
+class Rows:
+    """The store's seam (`EventRows`) in memory: what was appended, and a switch that makes it fail."""
+
+    errors = (OSError,)
+
+    def __init__(self, last: int = 0) -> None:
+        self.rows: dict[int, dict[str, object]] = {}
+        self.kept_before = last
+        self.failing = False
+
+    async def append(self, run_id: str, bodies: Sequence[tuple[int, str]]) -> None:
+        if self.failing:
+            raise OSError("disk full")
+        for seq, body in bodies:
+            self.rows.setdefault(seq, json.loads(body))
+
+    async def last(self, run_id: str) -> int:
+        return self.kept_before
+
+
+def the_end() -> ev.RunFinished:
+    return ev.RunFinished(
+        result=RunResult(
+            answer="done",
+            stop_reason="final",
+            run_id="r",
+            steps=(),
+            usage=RunUsage(model_calls=1, tool_calls=0, input_tokens=1, output_tokens=1),
+        )
+    )
+
+
+async def test_a_run_keeps_at_most_so_many_events_and_always_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_feed, "MAX_EVENTS", 5)
+    rows = Rows()
+    feed = RunFeed(rows, "r")
+    async with feed.writing():
+        for step in range(1, 21):
+            await feed(ev.ModelTurnStarted(step=step))
+        await feed(the_end())
+    kinds = [rows.rows[seq]["kind"] for seq in sorted(rows.rows)]
+    assert kinds == ["model_turn"] * 5 + ["dropped", "run_finished"]
+    assert rows.rows[6]["count"] == 15 and rows.rows[7]["answer"] == "done"
+
+
+async def test_a_resumed_run_is_numbered_on_after_what_was_kept() -> None:
+    rows = Rows(last=12)
+    feed = RunFeed(rows, "r")
+    async with feed.writing():
+        await feed(ev.ModelTurnStarted(step=1))
+    assert rows.rows == {13: {"kind": "resumed", "step": 0}, 14: {"kind": "model_turn", "step": 1, "final": False}}
+
+
+async def test_a_database_that_fails_costs_the_run_nothing_and_is_said_once() -> None:
+    rows = Rows()
+    rows.failing = True
+    feed = RunFeed(rows, "r")
+    with structlog.testing.capture_logs() as logs:
+        for step in range(1, 4):
+            await feed(ev.ModelTurnStarted(step=step))
+            await feed.flush()  # a batch tried, and failed, after each
+        rows.failing = False
+        await feed.flush()
+    assert sorted(rows.rows) == [1, 2, 3]  # kept once the database came back
+    assert [entry["event"] for entry in logs].count("run_events_not_written") == 1
+    assert [entry["event"] for entry in logs].count("run_events_written") == 1
+
+
+async def test_a_run_that_raises_leaves_with_its_own_error_and_its_events_kept() -> None:
+    rows = Rows()
+    feed = RunFeed(rows, "r")
+    with pytest.raises(ValueError, match="the run's own"):
+        async with feed.writing():
+            await feed(ev.RunFailed(run_id="r", error="boom\nsecond line"))
+            raise ValueError("the run's own")
+    assert rows.rows[1] == {"kind": "run_failed", "step": 0, "error": "boom second line"}
+
+
+async def test_the_store_pages_events_by_count_and_characters(tmp_path: Path) -> None:
+    events = RunEvents(SqliteDatabase(tmp_path / "s.sqlite3"))
+    await events.append("r", [(seq, json.dumps({"n": seq})) for seq in range(1, PAGE_EVENTS + 51)])
+    await events.append("r", [(1, json.dumps({"n": "again"}))])  # one kept already is kept as it was
+    first, more = await events.page("r", 0)
+    rest, done = await events.page("r", first[-1][0])
+    assert len(first) == PAGE_EVENTS and more and json.loads(first[0][1]) == {"n": 1}
+    assert len(rest) == 50 and not done and await events.last("r") == PAGE_EVENTS + 50
+    big = "z" * 600_000
+    await events.append("big", [(1, big), (2, big), (3, big)])
+    page, more = await events.page("big", 0)
+    assert [seq for seq, _ in page] == [1] and more  # a page holds about PAGE_CHARS, and at least one event
