@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from meta_agent.core.limits import Limits
 from meta_agent.core.messages import ModelRequest, ModelResponse, Part
 from meta_agent.core.result import Mode, RunResult, StopReason, UnavailableServer
 
@@ -23,6 +24,7 @@ class RunStarted:
     tools: tuple[str, ...]
     fallbacks: tuple[str, ...] = ()  # the models that take over, in order, when the model fails
     unavailable_servers: tuple[UnavailableServer, ...] = ()  # servers it could have used, not ready: not in `tools`
+    limits: Limits | None = None  # the run's limits (None: an event of a caller that made it without them)
     kind: Literal["run_started"] = "run_started"
 
 

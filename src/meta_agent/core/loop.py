@@ -180,6 +180,7 @@ class _Run:
                 fallbacks=tuple(provider.name for provider in self.chain[1:]),
                 tools=tuple(spec.name for spec in request.tools),
                 unavailable_servers=request.unavailable_servers,
+                limits=request.limits,
             )
         )
         try:

@@ -124,6 +124,13 @@ def view_of(event: ev.Event) -> dict[str, Any] | None:
                     {"server": _text(item.server, 200), "reason": _text(item.reason, 1000)}
                     for item in event.unavailable_servers
                 ],
+                "limits": None
+                if event.limits is None
+                else {
+                    "max_steps": event.limits.max_steps,
+                    "token_budget": event.limits.token_budget,
+                    "time_limit": event.limits.time_limit,
+                },
             }
         case ev.ModelTurnStarted():
             return {"kind": "model_turn", "step": event.step, "final": event.final}
