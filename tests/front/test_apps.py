@@ -339,3 +339,17 @@ async def test_a_parked_call_answered_in_the_view_goes_on_past_the_late_answer(l
     assert not result.is_error, result.content
     assert result.structured_content["steps"][0]["tool_calls"][0]["ok"] is True  # type: ignore[index]
     assert tool_message(llm) == "deleted /tmp/d"
+
+
+@pytest.mark.parametrize(
+    ("settings_given", "shown"),
+    [({}, True), ({"mimeTypes": [APP_MIME_TYPE, "text/html"]}, True), ({"mimeTypes": ["text/html"]}, False)],
+    ids=["no-mime-types", "ours-listed", "ours-not-listed"],
+)
+async def test_the_extension_is_taken_as_declared(
+    settings_given: dict[str, Any], shown: bool, llm: FakeLLM, tmp_path: Path
+) -> None:
+    server = build_server(settings(tmp_path), {}, openai_env(llm))
+    async with Client(server, extensions=[advertise(EXTENSION_ID, settings_given)]) as host:
+        names = {tool.name for tool in (await host.list_tools()).tools}
+    assert ("tools" in names) is shown and ("app_run" in names) is shown

@@ -10,7 +10,6 @@ from typing import Any, cast
 import anyio
 import mcp.types as t
 import structlog
-from mcp.server.apps import client_supports_apps
 from mcp.server.mcpserver import Context
 
 from meta_agent.children.questions import Questions
@@ -30,6 +29,7 @@ from meta_agent.front.approvals.asking import (
     is_modern,
     over_http,
 )
+from meta_agent.front.apps.listing import shows_apps
 from meta_agent.front.apps.views import AppViews, call_key
 from meta_agent.front.auth.subjects import subject_of
 from meta_agent.front.progress import Progress
@@ -91,7 +91,7 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
     # The call's key, and the run's id made here: a host's app finds the run by the call, and its view asks by the id.
     arguments["call_key"] = call_key(connection, ctx.request_context.request_id)
     arguments["run_id"] = random_ulid()
-    shown = client_supports_apps(ctx)
+    shown = shows_apps(ctx)
 
     async def work(
         emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None, questions: Questions | None

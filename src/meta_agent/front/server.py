@@ -21,7 +21,6 @@ import anyio
 import mcp.types as t
 import structlog
 from mcp.server import MCPServer
-from mcp.server.apps import client_supports_apps
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
@@ -37,8 +36,8 @@ from meta_agent.errors import MetaAgentError
 from meta_agent.front import trace_context
 from meta_agent.front.approvals.asking import ParkedRuns, SessionAllowances, is_modern
 from meta_agent.front.approvals.parked import SharedKey
-from meta_agent.front.apps.listing import apps_for_ui_hosts
-from meta_agent.front.apps.tools import RUN_VIEW, UI_TOOLS, apps_extension
+from meta_agent.front.apps.listing import RUN_VIEW, UI_TOOLS, apps_for_ui_hosts, shows_apps
+from meta_agent.front.apps.tools import apps_extension
 from meta_agent.front.apps.views import AppViews
 from meta_agent.front.auth.subjects import request_principal, subject_of
 from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
@@ -171,7 +170,7 @@ class MetaAgentServer(MCPServer[Front]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> t.CallToolResult | t.InputRequiredResult:
-        if name in UI_TOOLS and (context is None or not client_supports_apps(context)):
+        if name in UI_TOOLS and (context is None or not shows_apps(context)):
             raise ToolError(f"Unknown tool: {name}")  # as to a host that does not show the apps (front/apps)
         tool = next((tool for tool in await self.list_tools() if tool.name == name), None)
         if tool is not None and (unknown := unknown_argument(name, arguments, tool.input_schema)):

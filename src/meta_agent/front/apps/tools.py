@@ -3,7 +3,7 @@
 (`_meta.ui.visibility: ["app"]`), each a thin door onto front/apps/views.py.
 
 `agent`, `plan` and `ask` name the run view themselves (front/server.py). A host that did not declare the extension
-sees none of this (front/apps/listing.py).
+sees none of this (front/apps/listing.py, which names them all).
 """
 
 from __future__ import annotations
@@ -19,17 +19,13 @@ from pydantic import Field
 from meta_agent.apps.pages import page
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.result import Mode
+from meta_agent.front.apps.listing import OPENER, RUN_VIEW, TOOLS_VIEW
 from meta_agent.front.apps.views import Caller, ViewError
 from meta_agent.front.auth.subjects import subject_of
 from meta_agent.front.calls import front_of
 from meta_agent.front.tool_results import tool_error
 from meta_agent.store.database import LOCAL_OWNER
 
-RUN_VIEW = "ui://meta-agent/run"
-TOOLS_VIEW = "ui://meta-agent/tools"
-APP_ONLY = ("app_run", "app_answer", "app_toolbox", "app_set_tool", "app_set_mode", "app_start", "app_runs")
-OPENER = "tools"  # the tool that opens the tool selector: model-visible, callable with {}
-UI_TOOLS = frozenset({*APP_ONLY, OPENER})
 RequestId = Annotated[str | int | None, Field(description="The JSON-RPC id of the tools/call whose run to show.")]
 
 
