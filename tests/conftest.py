@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from app_browser import browser, browser_ready  # noqa: F401  (the Chromium the app tests drive)
 from postgres_cluster import database_url, pg_cluster  # noqa: F401  (fixtures for every test module)
 from quick_tier import (  # noqa: F401  (the quick tier's option and its check that no test of it starts a process)
     keep_the_quick_tier,

@@ -48,6 +48,7 @@ def clone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     bin_dir = tmp_path / "bin"
     _executable(bin_dir / "stand-in", STAND_IN)
     _executable(bin_dir / "npm", STAND_IN)
+    _executable(bin_dir / "chromium", STAND_IN)  # found, so scripts/test installs no Chromium with apt-get
     _executable(bin_dir / "python3", PYTHON3)
     return repo, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
@@ -78,7 +79,8 @@ def test_scripts_test_names_every_install(clone: tuple[Path, dict[str, str]]) ->
     assert [line.split(" (")[0] for line in said] == [
         "creating .venv",
         "installing meta-agent and its test extras into .venv",
-        "installing the npm child servers, the aimock LLM emulator and the TypeScript SDK's client into tests/node_modules",
+        "installing the npm child servers, the aimock LLM emulator, the TypeScript SDK's client and the MCP Apps SDK"
+        " into tests/node_modules",
         "installing the PostgreSQL example's server into .venv-postgres-mcp",
         "installing Arize Phoenix into .venv-phoenix",
         "running pytest",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
-from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, fail
+from meta_agent.cli.terminal import EXIT_FAILED, EXIT_USAGE, fail, note
 from meta_agent.config.servers import ServerEntry
 from meta_agent.config.settings import Settings
 from meta_agent.errors import ConfigError
@@ -56,7 +56,7 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
 async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve streamable HTTP at /mcp on `--host` and `--port`; a port that cannot be listened on is exit 2."""
     from meta_agent.front.auth.resource_server import resource_server
-    from meta_agent.front.http.app import http_app
+    from meta_agent.front.http.app import console_of, http_app
     from meta_agent.front.http.serve import StartupFailed, serve_http
     from meta_agent.front.server import build_server
 
@@ -68,6 +68,7 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
             token=settings.http_token,
             allowed_hosts=tuple(args.allowed_host),
             auth=resource_server(settings, resource_url=_resource_url(args.host, args.port)),
+            ui_client_id=settings.ui_client_id,
         )
         # Bound before anything starts, so a port that is taken is one line, not a started and stopped server.
         sockets = _listening_sockets(args.host, args.port)
@@ -75,12 +76,22 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
         return fail(str(exc), EXIT_USAGE)
     host, port = sockets[0].getsockname()[:2]
     log.info("serving_http", url=f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp")
+    link = console_of(app).sign_in_link(_base_url(args.host, port))
+    if link is not None:  # the code is a credential: said to the operator's terminal, never to the log
+        note(f"sign in to the web console (once, within 10 minutes): {link}")
     try:
         async with _reloading_on_hangup(server), _watched(server, settings):
             await serve_http(app, sockets)
     except StartupFailed:
         return fail("serve: the server failed to start (the log above says why)", EXIT_FAILED)
     return 0
+
+
+def _base_url(host: str, port: int) -> str:
+    """`http://HOST:PORT` as a browser on this machine reaches the server (a wildcard address by 127.0.0.1)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def _resource_url(host: str, port: int) -> str | None:

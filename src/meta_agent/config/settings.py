@@ -136,6 +136,13 @@ class Settings(BaseSettings):
         description="Scopes every access token must carry (space- or comma-separated; `scope` or `scp` claim); a token"
         " without one is answered 403 `insufficient_scope`. Unset: none.",
     )
+    ui_client_id: str | None = Field(
+        default=None,
+        description="With `META_AGENT_AUTH_ISSUER`: the client id of a public OAuth client (authorization code with"
+        " PKCE) registered at the issuer with the redirect URI `<this server's URL>/ui/callback`, as which the web"
+        " console at `/ui` signs its users in. Unset: `/ui/sign-in` says to set it, and the console takes only the"
+        " `Authorization` header `/mcp` takes.",
+    )
     max_parked: int = Field(
         default=1000,
         ge=1,

@@ -1,6 +1,6 @@
 // meta-agent's views (run, tools, runs) and both bridges: MCP Apps JSON-RPC over postMessage inside a host's iframe,
 // or fetch to /ui/api/call in the console. Data from a model, a child or a user reaches the DOM only as text
-// (textContent, createTextNode); no innerHTML, no href or src from data, no eval.
+// (textContent, createTextNode), never as markup, never as an href or src, never as code.
 (() => {
   "use strict";
 
@@ -9,7 +9,7 @@
   const MAX_BACKOFF_MS = 15000; // the longest wait between two polls after failures
   const MAX_FAILURES = 6; // failed polls in a row before the view stops polling
   const CALL_TIMEOUT_MS = 60000; // a host request left unanswered this long fails
-  const MAX_SHOWN = 100000; // characters of one text shown before a "Show all" button, so a huge result cannot freeze the view
+  const MAX_SHOWN = 100000; // characters of a text shown at once (more on demand), so a huge result cannot freeze the view
   const RUNS_REFRESH_MS = 5000; // the runs list refreshes this often while a run is live
   const RUN_ID = /^[0-9A-Z]{26}$/;
   const TRUST = ["never", "ask", "always"];
@@ -48,7 +48,7 @@
     return node;
   }
 
-  // A text in a <pre> or <p>, the first MAX_SHOWN characters at once and the rest on demand.
+  // A text in a <pre> or <p>: its first MAX_SHOWN characters, and MAX_SHOWN more at each press of a button.
   function textBlock(tag, cls, value) {
     const full = safe(value);
     const node = el(tag, { class: cls });
@@ -56,18 +56,21 @@
       node.textContent = full;
       return node;
     }
-    node.textContent = full.slice(0, MAX_SHOWN);
-    const rest = (full.length - MAX_SHOWN).toLocaleString("en");
-    const note = el("p", { class: "meta" }, `… ${rest} more characters. `);
-    note.append(
-      el("button", {
-        type: "button",
-        onclick: () => {
-          node.textContent = full;
-          note.remove();
-        },
-      }, `Show all ${full.length.toLocaleString("en")} characters`),
-    );
+    let shown = MAX_SHOWN;
+    node.textContent = full.slice(0, shown);
+    const left = el("span");
+    const more = el("button", { type: "button" }, `Show ${MAX_SHOWN.toLocaleString("en")} more characters`);
+    const note = el("p", { class: "meta" }, left, " ", more);
+    const count = () => {
+      left.textContent = `${(full.length - shown).toLocaleString("en")} of ${full.length.toLocaleString("en")} characters not shown.`;
+    };
+    more.addEventListener("click", () => {
+      node.append(document.createTextNode(full.slice(shown, shown + MAX_SHOWN)));
+      shown += MAX_SHOWN;
+      if (shown >= full.length) note.remove();
+      else count();
+    });
+    count();
     return el("div", null, node, note);
   }
 
@@ -649,26 +652,26 @@
       this.mode = el("select", { id: modeId, disabled: true }, MODES.map((m) => el("option", { value: m }, m)));
       this.mode.addEventListener("change", () => this.setMode());
       this.task = el("textarea", { id: taskId, rows: "3" });
-      this.start = el("button", { type: "submit", class: "primary" }, "Start");
+      // A button, not a form's submit: a host's sandbox without allow-forms blocks every form submission.
+      this.start = el("button", { type: "button", class: "primary", onclick: () => this.startRun() }, "Start");
       this.task.addEventListener("keydown", (event) => {
         if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
           event.preventDefault();
-          this.form.requestSubmit();
+          this.startRun();
         }
       });
-      this.form = el("form", { class: "block", "aria-label": "new run", onsubmit: (event) => this.startRun(event) },
+      return el("section", { class: "block", "aria-label": "new run" },
         el("div", { class: "bar" }, el("label", { for: modeId }, "mode"), this.mode),
         el("label", { for: taskId }, "task"),
         this.task,
         el("div", { class: "bar" }, this.start, el("span", { class: "meta" }, "Ctrl+Enter starts too")));
-      return this.form;
     }
 
     async load() {
       try {
         const data = await callTool("app_toolbox", {});
-        this.render(data);
         this.setStatus("");
+        this.render(data);
       } catch (err) {
         this.setStatus(`The tools could not be read: ${err.message}`, "error");
         this.body.replaceChildren(el("button", { type: "button", onclick: () => this.load() }, "Try again"));
@@ -714,7 +717,12 @@
         TRUST.map((t) => el("option", { value: t }, t)));
       const marks = el("span", { class: "meta" });
       const note = el("span", { id: noteId });
-      const problem = el("p", { class: "line error", role: "alert" });
+      const problem = el("p", { class: "line error" });
+      const showProblem = (text) => {
+        problem.textContent = safe(text);
+        if (text) problem.setAttribute("role", "alert");
+        else problem.removeAttribute("role");
+      };
       const about = el("div", { class: "about" }, marks, note, problem);
       if (tool.title) about.prepend(el("p", { class: "line" }, tool.title));
       if (tool.description) about.append(textBlock("p", "line meta text", tool.description));
@@ -739,11 +747,11 @@
         row.setAttribute("aria-busy", "true");
         try {
           fill(await callTool("app_set_tool", { name, ...args }));
-          problem.textContent = "";
+          showProblem("");
         } catch (err) {
           fill(row.tool);
-          problem.textContent = safe(`${name}: ${err.message}`);
-          this.setStatus(`${name}: ${err.message}`, "error");
+          showProblem(`Not changed: ${err.message}`);
+          this.setStatus(`${name} not changed: ${err.message}`, "error");
         } finally {
           row.removeAttribute("aria-busy");
         }
@@ -767,8 +775,8 @@
       }
     }
 
-    async startRun(event) {
-      event.preventDefault();
+    async startRun() {
+      if (this.start.disabled) return;
       const task = this.task.value.trim();
       if (!task) {
         this.setStatus("Write a task first.", "error");

@@ -99,7 +99,7 @@ async def fetch_json(url: str) -> dict[str, Any]:
             ):
                 if response.status_code != 200:
                     raise KeySetUnavailable(f"{url} answered HTTP {response.status_code}")
-                body = await _bounded_body(response, url)
+                body = await bounded_body(response, url)
     except TimeoutError:
         raise KeySetUnavailable(f"{url} did not answer within {FETCH_TIME_LIMIT:g} s") from None
     except (httpx2.HTTPError, httpx2.InvalidURL, httpx2.StreamError) as exc:
@@ -113,7 +113,12 @@ async def fetch_json(url: str) -> dict[str, Any]:
     return document
 
 
-async def _bounded_body(response: httpx2.Response, url: str) -> bytes:
+async def bounded_body(response: httpx2.Response, url: str) -> bytes:
+    """The body of `response` (from `url`), read as a stream, MAX_DOCUMENT_BYTES at most.
+
+    Raises:
+        KeySetUnavailable: it is longer.
+    """
     too_long = KeySetUnavailable(f"{url} answered more than {MAX_DOCUMENT_BYTES:,} bytes")
     announced = response.headers.get("content-length", "")
     if announced.isdigit() and int(announced) > MAX_DOCUMENT_BYTES:
@@ -189,25 +194,35 @@ class KeySet:
         log.info("jwks_fetched", issuer=self._issuer, keys=len(keys))
 
     async def _discover(self) -> str:
-        """The `jwks_uri` of the issuer's metadata: the first document found of `discovery_urls`, which must name
-        this issuer (RFC 8414, section 3.3)."""
-        problems = []
-        for url in discovery_urls(self._issuer):
-            try:
-                metadata = await fetch_json(url)
-            except KeySetUnavailable as exc:
-                problems.append(str(exc))
-                continue
-            if metadata.get("issuer") != self._issuer:
-                raise KeySetUnavailable(f"{url} is the metadata of issuer {metadata.get('issuer')!r}, not this one")
-            jwks_uri = metadata.get("jwks_uri")
-            if not isinstance(jwks_uri, str):
-                raise KeySetUnavailable(f"{url} names no jwks_uri")
-            try:
-                return checked_url(jwks_uri, "jwks_uri")
-            except ValueError as exc:
-                raise KeySetUnavailable(f"{url}: {exc}") from None
-        raise KeySetUnavailable("no metadata found: " + "; ".join(problems))
+        """The `jwks_uri` of the issuer's metadata."""
+        url, metadata = await issuer_metadata(self._issuer)
+        jwks_uri = metadata.get("jwks_uri")
+        if not isinstance(jwks_uri, str):
+            raise KeySetUnavailable(f"{url} names no jwks_uri")
+        try:
+            return checked_url(jwks_uri, "jwks_uri")
+        except ValueError as exc:
+            raise KeySetUnavailable(f"{url}: {exc}") from None
+
+
+async def issuer_metadata(issuer: str) -> tuple[str, dict[str, Any]]:
+    """Where the issuer's metadata is, and what it says: the first document of `discovery_urls` found, which must
+    name this issuer (RFC 8414, section 3.3).
+
+    Raises:
+        KeySetUnavailable: none was found, or the one found is another issuer's.
+    """
+    problems = []
+    for url in discovery_urls(issuer):
+        try:
+            metadata = await fetch_json(url)
+        except KeySetUnavailable as exc:
+            problems.append(str(exc))
+            continue
+        if metadata.get("issuer") != issuer:
+            raise KeySetUnavailable(f"{url} is the metadata of issuer {metadata.get('issuer')!r}, not this one")
+        return url, metadata
+    raise KeySetUnavailable("no metadata found: " + "; ".join(problems))
 
 
 def _signing_key(key: object) -> bool:

@@ -76,7 +76,7 @@ def resource_server(settings: Settings, *, resource_url: str | None) -> Resource
         ConfigError: a setting that cannot be used, in one line naming it.
     """
     if not settings.auth_issuer:
-        for name in ("auth_audience", "auth_jwks_url", "auth_scopes"):
+        for name in ("auth_audience", "auth_jwks_url", "auth_scopes", "ui_client_id"):
             if getattr(settings, name):
                 raise ConfigError(f"META_AGENT_{name.upper()} is set without META_AGENT_AUTH_ISSUER")
         return None

@@ -1,6 +1,7 @@
 """Our MCP server as an ASGI app: streamable HTTP at /mcp behind exact Host/Origin checks and, optionally, a static
-bearer token or OAuth access tokens (front/auth/resource_server.py, with the protected resource metadata), and
-/health. `front.http.serve` serves it with uvicorn; an embedder may mount it in an app of its own.
+bearer token or OAuth access tokens (front/auth/resource_server.py, with the protected resource metadata), the web
+console at /ui behind the same checks and credentials (front/http/console.py), and /health. `front.http.serve`
+serves it with uvicorn; an embedder may mount it in an app of its own.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import anyio
 import structlog
@@ -29,6 +31,7 @@ from meta_agent.front.auth.resource_server import (
 )
 from meta_agent.front.auth.static_token import bearer_matches
 from meta_agent.front.auth.subjects import STATIC_TOKEN_SUBJECT
+from meta_agent.front.http.console import Console
 from meta_agent.front.http.guard import LOOPBACK, Authority, HostGuard, allowed_authority
 from meta_agent.front.server import MetaAgentServer
 from meta_agent.version import __version__
@@ -43,6 +46,7 @@ def http_app(
     token: str | None = None,
     allowed_hosts: tuple[str, ...] = (),
     auth: ResourceServer | None = None,
+    ui_client_id: str | None = None,
 ) -> Starlette:
     """Streamable HTTP at /mcp with DNS-rebinding protection and an optional static bearer token or OAuth access
     tokens, and /health: whether the server is up for any Host (a probe names the server by its own address); the
@@ -58,23 +62,30 @@ def http_app(
         allowed_hosts: more `Host` values to answer: `H` allows any port, `H:PORT` that one.
         auth: where given, /mcp needs a bearer JWT of its issuer for its audience (else 401, or 403 for a scope
             missing), and its protected resource metadata is served at /.well-known/oauth-protected-resource.
+        ui_client_id: with `auth`, the OAuth client id the web console signs its users in as (/ui/sign-in).
 
     Returns:
-        An ASGI app to serve with uvicorn, or to mount in yours if your lifespan enters its lifespan.
+        An ASGI app to serve with uvicorn, or to mount in yours if your lifespan enters its lifespan. Its
+        `state.console` is the web console (`console_of`).
 
     Raises:
-        ConfigError: `host` or an allowed host is not a host[:port]; both `token` and `auth` given.
+        ConfigError: `host` or an allowed host is not a host[:port]; both `token` and `auth` given; `ui_client_id`
+            without `auth`.
     """
     if token and auth:
         raise ConfigError("a static bearer token and OAuth access tokens at once: choose one of the two")
+    if ui_client_id and not auth:
+        raise ConfigError("META_AGENT_UI_CLIENT_ID is set without META_AGENT_AUTH_ISSUER")
     allowed = _allowed(host, allowed_hosts)
     # The SDK's own Host/Origin check matches "host:*" by prefix; HostGuard checks exactly instead.
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     mcp_app: ASGIApp = server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
     if token:
         mcp_app = _BearerToken(mcp_app, token)
-    jwt_gate = RequireJwt(mcp_app, JwtVerifier(auth)) if auth else None
+    verifier = JwtVerifier(auth) if auth else None  # one for /mcp and /ui: the same checks, one key set
+    jwt_gate = RequireJwt(mcp_app, verifier) if verifier else None
     guard = HostGuard(jwt_gate or mcp_app, allowed)
+    console = Console(server, allowed=allowed, token=token, verifier=verifier, client_id=ui_client_id)
 
     async def shows_details(request: Request) -> bool:
         """Whether /health may say more than up or not: a Host the guard answers, and the bearer token /mcp takes."""
@@ -96,21 +107,33 @@ def http_app(
         children = {child.name: child.status.state for child in engine.pool}
         return JSONResponse({"status": "ok", "version": __version__, "children": children})
 
-    @asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        serving = False
-        try:
-            async with server.session_manager.run():  # enters the server's own lifespan: the children start here
-                serving = True
-                yield
-        except BaseException as exc:
-            # the server failed to start (uvicorn says why and stops), or is stopped: as it came
-            if not serving or isinstance(exc, (KeyboardInterrupt, SystemExit, anyio.get_cancelled_exc_class())):
-                raise
-            _leave(exc)
-
     metadata = metadata_routes(auth) if auth else []
-    return Starlette(routes=[Route("/health", health), *metadata, Mount("/", app=guard)], lifespan=lifespan)
+    ui = [Route("/ui", console), Route("/ui/{rest:path}", console)]
+    routes = [Route("/health", health), *metadata, *ui, Mount("/", app=guard)]
+    app = Starlette(routes=routes, lifespan=partial(_lifespan, server))
+    app.state.console = console
+    return app
+
+
+def console_of(app: Starlette) -> Console:
+    """The web console of an app `http_app` made (for its sign-in link)."""
+    console = app.state.console
+    assert isinstance(console, Console)
+    return console
+
+
+@asynccontextmanager
+async def _lifespan(server: MetaAgentServer, _app: Starlette) -> AsyncIterator[None]:
+    serving = False
+    try:
+        async with server.session_manager.run():  # enters the server's own lifespan: the children start here
+            serving = True
+            yield
+    except BaseException as exc:
+        # the server failed to start (uvicorn says why and stops), or is stopped: as it came
+        if not serving or isinstance(exc, (KeyboardInterrupt, SystemExit, anyio.get_cancelled_exc_class())):
+            raise
+        _leave(exc)
 
 
 def _allowed(host: str, allowed_hosts: tuple[str, ...]) -> frozenset[Authority]:
