@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ import mcp.types as t
 import pytest
 from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
-from host_doubles import User, accept, tool_message
+from host_doubles import User, accept, call_ids, tool_message
 from mcp import Client
 from mcp.client.extension import advertise
 from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
@@ -34,26 +32,6 @@ APP_TOOLS = {"app_run", "app_answer", "app_toolbox", "app_set_tool", "app_set_mo
 def settings(tmp_path: Path) -> Settings:
     """A database of the test's own: what a subject chooses in the tool selector outlives the server."""
     return Settings(model="openai:fake-model", conversations_db=tmp_path / "state.sqlite3")
-
-
-@contextmanager
-def call_ids(client: Client, *ids: Any) -> Iterator[None]:
-    """The client's next `tools/call` requests go out with these JSON-RPC ids, as a host's own would: the id is all
-    the host tells its app of the call (`hostContext.toolInfo.id`)."""
-    dispatcher = client.session._dispatcher  # type: ignore[attr-defined]
-    original = dispatcher.send_raw_request
-    chosen = list(ids)
-
-    async def send(method: str, params: Any, opts: Any = None, **rest: Any) -> Any:
-        if method == "tools/call" and chosen and not (params or {}).get("name", "").startswith("app_"):
-            opts = {**(opts or {}), "request_id": chosen.pop(0)}
-        return await original(method, params, opts, **rest)
-
-    dispatcher.send_raw_request = send
-    try:
-        yield
-    finally:
-        dispatcher.send_raw_request = original
 
 
 async def app(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:

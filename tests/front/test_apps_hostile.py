@@ -18,11 +18,12 @@ import mcp.types as t
 import pytest
 from conftest import fault_entry, openai_env, serving_asgi
 from fake_llm import FakeLLM, openai_reply
+from host_doubles import call_ids
 from mcp import Client
 from mcp.client.extension import advertise
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
-from test_apps import app, call_ids, pending_of
+from test_apps import app, pending_of
 
 from meta_agent.config.settings import Settings
 from meta_agent.front.apps import views

@@ -738,7 +738,7 @@
         if (now.trust_default && now.trust_default !== now.trust) bits.push(`default trust: ${now.trust_default}`);
         marks.textContent = safe(bits.join(" · ") + (bits.length ? " " : ""));
         const why = [];
-        if (now.locked) why.push("Trust locked: the operator set it to never.");
+        if (now.locked) why.push(`Trust locked: ${now.why_locked || "the operator set it to never"}.`);
         if (now.available === false) why.push(`Unavailable: ${now.why_unavailable || "no reason given"}`);
         note.textContent = safe(why.join(" "));
         note.className = now.available === false || now.locked ? "warn" : "";

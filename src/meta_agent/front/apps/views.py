@@ -169,6 +169,7 @@ class AppViews:
             "trust": "always",
             "trust_default": "always",
             "locked": True,
+            "why_locked": "it only reads the run's own tool list, so it is always allowed",
         }
 
     async def set_tool(
@@ -290,4 +291,5 @@ def _tool_view(tool: Mapping[str, Any], server: Mapping[str, Any] | None, chosen
         "trust": level,
         "trust_default": operator,
         "locked": operator == "never",
+        "why_locked": "the operator set it to never" if operator == "never" else None,
     }
