@@ -331,3 +331,19 @@ async def test_the_extension_is_taken_as_declared(
     async with Client(server, extensions=[advertise(EXTENSION_ID, settings_given)]) as host:
         names = {tool.name for tool in (await host.list_tools()).tools}
     assert ("tools" in names) is shown and ("app_run" in names) is shown
+
+
+async def test_a_view_without_the_calls_id_finds_the_running_run_by_its_task(llm: FakeLLM, tmp_path: Path) -> None:
+    """Some hosts do not tell their app the id of the call (`toolInfo.id` is optional): the view then asks for the
+    caller's newest running run of the task the tool input gave."""
+    server = build_server(settings(tmp_path), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/tmp/t"})))
+    llm.reply(openai_reply("finished"))
+    async with Client(server, extensions=UI) as host, anyio.create_task_group() as tg:
+        tg.start_soon(host.call_tool, "agent", {"task": "delete /tmp/t please"})
+        with anyio.fail_after(30):
+            while (found := await app(host, "app_run", task="delete /tmp/t"))["run"] is None or not found["pending"]:
+                await anyio.sleep(0.05)
+        other = await app(host, "app_run", task="something else")
+        await app(host, "app_answer", run_id=found["run"]["run_id"], key=found["pending"][0]["key"], decision="deny")
+    assert found["run"]["task"] == "delete /tmp/t please" and other["run"] is None

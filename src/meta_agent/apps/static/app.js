@@ -339,7 +339,7 @@
 
     args() {
       if (this.runId) return { run_id: this.runId, after: this.after };
-      if (this.requestId == null) return null;
+      if (this.requestId == null) return this.task ? { task: this.task, after: this.after } : null;
       const args = { request_id: this.requestId, after: this.after };
       if (this.task) args.task = this.task;
       return args;

@@ -35,6 +35,7 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 READERS = 8  # reads of the database for views at once, per process; more wait their turn
 DESCRIPTION_CHARS = 600
+RECENT_RUNS = 20  # how many of a caller's newest runs a view without its call's id looks through for its task
 SETTLE_SECONDS = 10.0  # how long the tool selector waits for children still starting; then it shows them starting
 FIND_TOOLS = "find_tools"  # the one internal tool the toolbox does not list: it joins a run that searches its tools
 FIND_TOOLS_DESCRIPTION = (
@@ -84,7 +85,8 @@ class AppViews:
         self, caller: Caller, *, run_id: str | None, request_id: object, task: str | None, after: int
     ) -> dict[str, Any]:
         """A run's events after `after`, its open questions and, once done, its result; the run named by `run_id`,
-        else the newest of the caller's started by its call `request_id` (`run: None` while there is none yet)."""
+        else the newest of the caller's started by its call `request_id` (`run: None` while there is none yet), else
+        (a host that does not tell the call's id) the newest of its running runs of `task`."""
         async with self._readers:
             state = await self._find(caller, run_id, request_id, task)
             if state is None:
@@ -114,8 +116,11 @@ class AppViews:
             if state is None:
                 raise ViewError(f"unknown run {one_line(run_id, 60)!r}")
             return state
-        if request_id is None:
+        if request_id is None and task is None:
             raise ViewError("give run_id, or request_id (the id of the tools/call whose run to show)")
+        if request_id is None:  # a host that does not tell its app the call's id: the caller's newest running run of it
+            recent = await self._read(self.engine.runs.index.recent, RECENT_RUNS, owner=caller.owner)
+            return next((run for run in recent if run.status == "running" and run.task.startswith(task or "")), None)
         key = call_key(caller.connection, request_id)
         return await self._read(self.engine.runs.index.by_call, key, task, owner=caller.owner)
 
