@@ -2,10 +2,10 @@
 self-contained HTML document (its script and styles inline, nothing fetched from anywhere), served as MCP Apps
 resources to hosts (`ui://meta-agent/run`, `ui://meta-agent/tools`) and as the web console's pages (`/ui`).
 
-The sources are package data beside this module (`static/`): one script and one style sheet for every view, and a
-small shell per view that names it (`<body data-view=...>`). A page is its shell with the script and styles put in
-place of its `/*INLINE:...*/` markers; the script itself finds out where it runs (in a host's frame, or as a console
-page) and talks to the server accordingly.
+The sources are package data beside this module (`static/`): one script and one style sheet for every view, and one
+small shell (`page.html`). A view's page is the shell naming the view in place of its `/*VIEW*/` markers (`<body
+data-view=...>`, which the script reads), with the script and styles in place of its `/*INLINE:...*/` markers; the
+script itself finds out where it runs (in a host's frame, or as a console page) and talks to the server accordingly.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _MARKER = re.compile(r"/\*INLINE:([a-z]+\.(?:js|css))\*/")
 def page(view: View) -> str:
     """The whole document of `view`."""
     static = files("meta_agent.apps") / "static"
-    shell = (static / f"{view}.html").read_text(encoding="utf-8")
+    shell = (static / "page.html").read_text(encoding="utf-8").replace("/*VIEW*/", view)
     return _MARKER.sub(lambda match: (static / match.group(1)).read_text(encoding="utf-8"), shell)
 
 
