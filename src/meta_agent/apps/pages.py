@@ -2,7 +2,7 @@
 self-contained HTML document (its script and styles inline, nothing fetched from anywhere), served as MCP Apps
 resources to hosts (`ui://meta-agent/run`, `ui://meta-agent/tools`) and as the web console's pages (`/ui`).
 
-The sources are package data beside this module (`static/`): one script and one style sheet for every view, and one
+The sources are package data beside this module (`static/`): the scripts and one style sheet for every view, and one
 small shell (`page.html`). A view's page is the shell naming the view in place of its `/*VIEW*/` markers (`<body
 data-view=...>`, which the script reads), with the script and styles in place of its `/*INLINE:...*/` markers; the
 script itself finds out where it runs (in a host's frame, or as a console page) and talks to the server accordingly.
@@ -19,7 +19,7 @@ from typing import Literal
 
 View = Literal["run", "tools", "runs"]
 MIME_TYPE = "text/html;profile=mcp-app"  # what MCP Apps hosts render
-_MARKER = re.compile(r"/\*INLINE:([a-z]+\.(?:js|css))\*/")
+_MARKER = re.compile(r"/\*INLINE:([a-z_]+\.(?:js|css))\*/")
 
 
 @cache
