@@ -198,6 +198,10 @@ async def test_child_stderr_goes_to_our_log_not_our_stdout(capfd: pytest.Capture
         async with ChildPool({"f": fault_entry()}) as pool:
             await pool.wait_settled()
             await pool["f"].call("write_stderr", {"text": "a line from the child"})
+            # the call's answer (stdout) may come before the line is read from the child's stderr, on a busy machine
+            with anyio.fail_after(30):
+                while not any(entry.get("line") == "a line from the child" for entry in logs):
+                    await anyio.sleep(0.01)
     lines = [entry["line"] for entry in logs if entry["event"] == "child_stderr"]
     assert "a line from the child" in lines
     captured = capfd.readouterr()
