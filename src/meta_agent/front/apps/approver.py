@@ -12,7 +12,7 @@ answers within `WAIT_SECONDS` is denied.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -28,6 +28,16 @@ POLL_SECONDS = 1.0  # how often a question is looked up in the database: an answ
 WAIT_SECONDS = 900.0  # how long a question waits for an answer from the view alone, then is denied
 UNANSWERED = f"denied: nobody answered within {WAIT_SECONDS / 60:g} minutes"
 ENDED = "withdrawn: the run ended before it was answered"
+
+
+@runtime_checkable
+class Remembering(Protocol):
+    """A caller's approver that can ask without remembering the answer, and remember it later (front/approvals):
+    an "allow for this session" that lost to the view's answer must allow nothing."""
+
+    async def question(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict: ...
+
+    def keep(self, spec: ToolSpec, verdict: Verdict) -> None: ...
 
 
 class ViewAnswers:
@@ -114,9 +124,15 @@ class ViewApprover:
 
     async def _from_caller(self, key: str, spec: ToolSpec, arguments: Mapping[str, Any], won: Any) -> None:
         """The caller's own answer, unless the view's was taken first (then that one stands)."""
-        assert self.inner is not None
-        verdict = await self.inner.ask(spec, arguments)
+        inner = self.inner
+        assert inner is not None
+        if isinstance(inner, Remembering):
+            verdict = await inner.question(spec, arguments)
+        else:
+            verdict = await inner.ask(spec, arguments)
         settled, taken = await self._settle(key, Settled(allowed=verdict.allowed, answer=verdict.answer))
+        if taken and isinstance(inner, Remembering):  # a late "allow for this session" that lost allows nothing
+            inner.keep(spec, verdict)
         await won(verdict if taken else Verdict(settled.allowed, settled.answer))
 
     async def _settle(self, key: str, answer: Settled) -> tuple[Settled, bool]:

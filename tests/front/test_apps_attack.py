@@ -1,0 +1,74 @@
+"""Attacks on the apps' tools and the console found in review (front/apps, front/http/console*): each test is a break
+that was found, and stays closed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as t
+import pytest
+from conftest import fault_entry, openai_env
+from fake_llm import FakeLLM, openai_reply
+from host_doubles import accept, call_ids
+from mcp import Client
+from test_apps import UI, app, settings
+
+from meta_agent.front.server import build_server
+
+pytestmark = pytest.mark.anyio
+
+
+async def pending_run(host: Client) -> tuple[str, dict[str, Any]]:
+    """The caller's running run that asks, as a view on another replica finds it: its id and its question."""
+    with anyio.fail_after(30):
+        while True:
+            for run in (await app(host, "app_runs"))["runs"]:
+                page = await app(host, "app_run", run_id=run["run_id"])
+                if page["pending"]:
+                    return run["run_id"], page["pending"][0]
+            await anyio.sleep(0.05)
+
+
+async def test_a_late_allow_for_the_session_after_the_view_denied_allows_nothing(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The view (through another replica) denies; the host's own question, answered "allow for this session" just
+    after, lost: it must not allow the tool for the rest of the session either. The next call of it is asked."""
+    one = build_server(settings(tmp_path), {"f": fault_entry()}, openai_env(llm))
+    other = build_server(settings(tmp_path), {}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/tmp/a"})))
+    llm.reply(openai_reply(None, ("c2", "f__delete_file", {"path": "/tmp/b"})))
+    llm.reply(openai_reply("finished"))
+    denied = anyio.Event()
+    asked: list[str] = []
+
+    async def late(_ctx: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        if len(asked) == 1:
+            with anyio.fail_after(30):
+                await denied.wait()
+            return accept("allow_session")
+        return accept("deny")
+
+    results: list[t.CallToolResult] = []
+    async with (
+        Client(one, mode="legacy", extensions=UI, elicitation_callback=late) as host,
+        Client(other, extensions=UI) as view,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def call() -> None:
+            with call_ids(host, "c-1"):
+                results.append(await host.call_tool("agent", {"task": "delete two files"}))
+
+        tg.start_soon(call)
+        run_id, question = await pending_run(view)
+        answer = await app(view, "app_answer", run_id=run_id, key=question["key"], decision="deny")
+        assert answer["ok"] and not answer["allowed"]
+        denied.set()
+    (result,) = results
+    calls = [call for step in result.structured_content["steps"] for call in step["tool_calls"]]  # type: ignore[index]
+    assert [call["ok"] for call in calls] == [False, False], calls
+    assert len(asked) == 2  # the second call was asked again, not allowed by the lost answer
