@@ -72,3 +72,13 @@ async def test_a_late_allow_for_the_session_after_the_view_denied_allows_nothing
     calls = [call for step in result.structured_content["steps"] for call in step["tool_calls"]]  # type: ignore[index]
     assert [call["ok"] for call in calls] == [False, False], calls
     assert len(asked) == 2  # the second call was asked again, not allowed by the lost answer
+
+
+async def test_a_cursor_past_the_databases_integers_is_refused_in_one_line(llm: FakeLLM, tmp_path: Path) -> None:
+    server = build_server(settings(tmp_path), {}, openai_env(llm))
+    llm.reply(openai_reply("hi"))
+    async with Client(server, extensions=UI) as host:
+        run_id = (await host.call_tool("ask", {"prompt": "hi"})).structured_content["run_id"]  # type: ignore[index]
+        answer = await host.call_tool("app_run", {"run_id": run_id, "after": 2**63})
+    assert answer.is_error
+    assert "after" in answer.content[0].text, answer.content  # type: ignore[union-attr]
