@@ -3,6 +3,7 @@ that was found, and stays closed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from conftest import fault_entry, openai_env
 from fake_llm import FakeLLM, openai_reply
 from host_doubles import accept, call_ids
 from mcp import Client
-from test_apps import UI, app, settings
+from test_apps import UI, app, pending_of, settings
 
 from meta_agent.front.server import build_server
 
@@ -31,9 +32,7 @@ async def pending_run(host: Client) -> tuple[str, dict[str, Any]]:
             await anyio.sleep(0.05)
 
 
-async def test_a_late_allow_for_the_session_after_the_view_denied_allows_nothing(
-    llm: FakeLLM, tmp_path: Path
-) -> None:
+async def test_a_late_allow_for_the_session_after_the_view_denied_allows_nothing(llm: FakeLLM, tmp_path: Path) -> None:
     """The view (through another replica) denies; the host's own question, answered "allow for this session" just
     after, lost: it must not allow the tool for the rest of the session either. The next call of it is asked."""
     one = build_server(settings(tmp_path), {"f": fault_entry()}, openai_env(llm))
@@ -82,3 +81,22 @@ async def test_a_cursor_past_the_databases_integers_is_refused_in_one_line(llm: 
         answer = await host.call_tool("app_run", {"run_id": run_id, "after": 2**63})
     assert answer.is_error
     assert "after" in answer.content[0].text, answer.content  # type: ignore[union-attr]
+
+
+async def test_a_pending_questions_arguments_are_cut_as_the_runs_events_are(llm: FakeLLM, tmp_path: Path) -> None:
+    """A model may send a call's arguments up to 32 million characters long; a view polls its run once a second, and
+    each answer must stay about the size of a page, not carry them whole every time."""
+    server = build_server(settings(tmp_path), {"f": fault_entry()}, openai_env(llm))
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": "/tmp/" + "x" * 2_000_000 + "\u202e"})))
+    llm.reply(openai_reply("finished"))
+    async with Client(server, extensions=UI) as host, anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            with call_ids(host, "big-1"):
+                await host.call_tool("agent", {"task": "delete a long path"})
+
+        tg.start_soon(call)
+        run_id, question = await pending_of(host, "big-1")
+        await app(host, "app_answer", run_id=run_id, key=question["key"], decision="deny")
+    assert len(json.dumps(question["arguments"])) < 10_000
+    assert "more characters not shown" in json.dumps(question["arguments"])

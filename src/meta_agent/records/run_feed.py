@@ -77,7 +77,7 @@ def _safe_value(value: Any) -> Any:
     return value
 
 
-def _arguments(arguments: Mapping[str, Any]) -> tuple[Any, bool]:
+def shown_arguments(arguments: Mapping[str, Any]) -> tuple[Any, bool]:
     """A call's arguments as a view shows them: the value, or past `ARGUMENT_CHARS` of JSON its first characters as a
     string; and whether they were cut."""
     try:
@@ -172,7 +172,7 @@ def _call_view(
     """The body of an event of one tool call: its start, its end, its approval asked and answered."""
     match event:
         case ev.ToolCallStarted():
-            arguments, cut = _arguments(event.arguments)
+            arguments, cut = shown_arguments(event.arguments)
             return {
                 "kind": "tool_call",
                 "step": event.step,
@@ -196,7 +196,7 @@ def _call_view(
                 "cut": cut,
             }
         case ev.ApprovalRequested():
-            arguments, cut = _arguments(event.arguments)
+            arguments, cut = shown_arguments(event.arguments)
             return {
                 "kind": "approval_requested",
                 "step": event.step,

@@ -19,6 +19,7 @@ import structlog
 
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
+from meta_agent.records.run_feed import shown_arguments
 from meta_agent.shared.ids import random_ulid
 from meta_agent.shared.text import one_line
 from meta_agent.store.app_questions import AppQuestions, Settled
@@ -76,7 +77,8 @@ class ViewApprover:
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
         key = random_ulid()
         try:
-            await self.questions.ask(self.run_id, key, self.owner, 0, spec.name, arguments)
+            # as the run's events show them: cut and safe (a call's arguments may be 32 million characters long)
+            await self.questions.ask(self.run_id, key, self.owner, 0, spec.name, shown_arguments(arguments)[0])
         except self.questions.database.errors as exc:  # the view cannot be asked: the caller may be
             log.warning("view_question_not_kept", run_id=self.run_id, error=one_line(str(exc), 300))
             if self.inner is not None:
