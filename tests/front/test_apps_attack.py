@@ -100,3 +100,20 @@ async def test_a_pending_questions_arguments_are_cut_as_the_runs_events_are(llm:
         await app(host, "app_answer", run_id=run_id, key=question["key"], decision="deny")
     assert len(json.dumps(question["arguments"])) < 10_000
     assert "more characters not shown" in json.dumps(question["arguments"])
+
+
+async def test_the_runs_events_redact_secrets_as_its_trace_does(llm: FakeLLM, tmp_path: Path) -> None:
+    """What a view reads is kept in the database for as long as the run is: a secret a tool or the model quoted (the
+    provider's key, a key-shaped string) is redacted there as in the run's trace."""
+    server = build_server(settings(tmp_path), {"f": fault_entry()}, openai_env(llm))
+    secret = "sk-abcdefghijklmnop"
+    llm.reply(openai_reply("Here: sk-test", ("c1", "f__echo", {"text": f"the key is {secret} (sk-test)"})))
+    llm.reply(openai_reply(f"It was {secret}."))
+    async with Client(server, extensions=UI) as host:
+        run_id = (await host.call_tool("agent", {"task": "echo the key"})).structured_content["run_id"]  # type: ignore[index]
+        with anyio.fail_after(30):
+            while (page := await app(host, "app_run", run_id=run_id))["run"]["status"] == "running":
+                await anyio.sleep(0.05)
+    shown = json.dumps(page["events"])
+    assert "tool_result" in shown and "[redacted]" in shown
+    assert secret not in shown and "sk-test" not in shown

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -247,9 +247,11 @@ class RunFeed:
     """The sink that keeps one run's events for its views, numbered after those kept already (a durable run resumed
     here goes on after what its first replica kept, behind a `resumed` event)."""
 
-    def __init__(self, store: EventRows, run_id: str) -> None:
+    def __init__(self, store: EventRows, run_id: str, redact: Callable[[str], str] | None = None) -> None:
+        """`redact`: the traces' redaction (records/traces.py `Redactor`), run over each body's JSON as a trace's."""
         self.store = store
         self.run_id = run_id
+        self._redact = redact
         self._next = 1
         self._kept = 0  # events taken, and their characters, against the run's bounds
         self._chars = 0
@@ -262,6 +264,8 @@ class RunFeed:
         if body is None:
             return
         text = json.dumps(body, ensure_ascii=False)
+        if self._redact is not None:  # kept in the database as long as the run: no secret a trace would not keep
+            text = self._redact(text)
         last = isinstance(event, ev.RunFinished | ev.RunFailed)
         if not last and (self._kept >= MAX_EVENTS or self._chars + len(text) > MAX_CHARS):
             self._dropped += 1
