@@ -10,12 +10,13 @@ from typing import Any
 import anyio
 import mcp.types as t
 import pytest
-from conftest import fault_entry, openai_env
+from conftest import fault_entry, openai_env, tool_spec
 from fake_llm import FakeLLM, openai_reply
 from host_doubles import accept, call_ids
 from mcp import Client
 from test_apps import UI, app, pending_of, settings
 
+from meta_agent.front.apps.approver import UNANSWERED, ViewAnswers, ViewApprover
 from meta_agent.front.server import build_server
 
 pytestmark = pytest.mark.anyio
@@ -117,3 +118,48 @@ async def test_the_runs_events_redact_secrets_as_its_trace_does(llm: FakeLLM, tm
     shown = json.dumps(page["events"])
     assert "tool_result" in shown and "[redacted]" in shown
     assert secret not in shown and "sk-test" not in shown
+
+
+class _FailingReads:
+    """The questions' store of a database that takes an answer, then cannot be read for a while."""
+
+    class database:
+        errors = (OSError,)
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.settled: list[str] = []
+
+    async def ask(self, *_args: Any) -> None:
+        return None
+
+    async def answer_of(self, _run_id: str, _key: str) -> None:
+        self.reads += 1
+        raise OSError("the database went away")
+
+    async def settle(self, _run_id: str, _key: str, _owner: object, answer: Any) -> tuple[Any, bool]:
+        self.settled.append(answer.answer)
+        return answer, True
+
+
+async def test_an_answer_the_database_cannot_read_back_is_waited_for_not_spun_on() -> None:
+    """The view's answer wakes its question at once; when the database then cannot be read, the question is polled
+    once a second as before, not re-read in a tight loop that counts each pass as a second and denies the call as
+    unanswered for 15 minutes within moments."""
+    questions = _FailingReads()
+    answers = ViewAnswers()
+    approver = ViewApprover(None, questions, answers, run_id="R", owner="o")  # type: ignore[arg-type]
+    verdicts: list[Any] = []
+    async with anyio.create_task_group() as tg:
+
+        async def ask() -> None:
+            verdicts.append(await approver.ask(tool_spec({}), {}))
+
+        tg.start_soon(ask)
+        await anyio.sleep(0.1)
+        (key,) = [key for _run, key in answers._waiting]
+        answers.answered("R", key)
+        await anyio.sleep(1.5)
+        tg.cancel_scope.cancel()
+    assert questions.reads <= 4, questions.reads
+    assert UNANSWERED not in questions.settled and not verdicts

@@ -107,11 +107,15 @@ class ViewApprover:
     async def _from_view(self, key: str, won: Any) -> None:
         """Wait for the view's answer: at once when given through this process, else found by polling."""
         event = self.answers.waiting(self.run_id, key)
-        waited = 0.0
+        due = anyio.current_time() + WAIT_SECONDS
+        woken = False
         while True:
-            with anyio.move_on_after(POLL_SECONDS):
-                await event.wait()
-            waited += POLL_SECONDS
+            if woken:  # the answer woke it once already: one the database could not give back is polled for
+                await anyio.sleep(POLL_SECONDS)
+            else:
+                with anyio.move_on_after(POLL_SECONDS):
+                    await event.wait()
+                woken = event.is_set()
             try:
                 settled = await self.questions.answer_of(self.run_id, key)
             except self.questions.database.errors:
@@ -119,7 +123,7 @@ class ViewApprover:
             if settled is not None:
                 await won(Verdict(settled.allowed, settled.answer))
                 return
-            if self.inner is None and waited >= WAIT_SECONDS:
+            if self.inner is None and anyio.current_time() >= due:
                 settled, _ = await self._settle(key, Settled(allowed=False, answer=UNANSWERED))
                 await won(Verdict(settled.allowed, settled.answer))
                 return
