@@ -392,6 +392,7 @@ async def test_hostile_calls_get_one_line(llm: FakeLLM, tmp_path: Path) -> None:
             "app_runs": [({"limit": 0}, "limit: "), ({"limit": "many"}, "limit: "), ({"limt": 5}, "did you mean")],
             "app_run": [
                 ({"after": -1}, "after: "),
+                ({"after": 2**63}, "after: "),  # past what SQLite or PostgreSQL can take: not a crash
                 ({"run_id": "A" * 101}, "run_id: "),
                 ({"run_id": "../../etc/passwd"}, "unknown run"),
                 ({"run_id": "\u202e\x00<b>"}, "unknown run"),

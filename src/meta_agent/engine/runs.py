@@ -224,7 +224,7 @@ class Runs:
         the trace, telemetry and (durable) the run index; the trace is whole on disk before the result is returned."""
         trace = TraceWriter(self.trace_dir, self._redact)
         noted = None if self.durable is None else self.durable.noting(request.run_id)
-        feed = RunFeed(self.events, request.run_id)
+        feed = RunFeed(self.events, request.run_id, self._redact)
         # telemetry and the views first: a caller's sink that raises (it ends the run) must not leave the run's spans
         # open for good, nor its views without its end
         sinks = [sink for sink in (spans, Metrics(), feed, emit, trace, noted) if sink is not None]

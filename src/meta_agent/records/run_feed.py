@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -77,7 +77,7 @@ def _safe_value(value: Any) -> Any:
     return value
 
 
-def _arguments(arguments: Mapping[str, Any]) -> tuple[Any, bool]:
+def shown_arguments(arguments: Mapping[str, Any]) -> tuple[Any, bool]:
     """A call's arguments as a view shows them: the value, or past `ARGUMENT_CHARS` of JSON its first characters as a
     string; and whether they were cut."""
     try:
@@ -172,7 +172,7 @@ def _call_view(
     """The body of an event of one tool call: its start, its end, its approval asked and answered."""
     match event:
         case ev.ToolCallStarted():
-            arguments, cut = _arguments(event.arguments)
+            arguments, cut = shown_arguments(event.arguments)
             return {
                 "kind": "tool_call",
                 "step": event.step,
@@ -196,7 +196,7 @@ def _call_view(
                 "cut": cut,
             }
         case ev.ApprovalRequested():
-            arguments, cut = _arguments(event.arguments)
+            arguments, cut = shown_arguments(event.arguments)
             return {
                 "kind": "approval_requested",
                 "step": event.step,
@@ -247,9 +247,11 @@ class RunFeed:
     """The sink that keeps one run's events for its views, numbered after those kept already (a durable run resumed
     here goes on after what its first replica kept, behind a `resumed` event)."""
 
-    def __init__(self, store: EventRows, run_id: str) -> None:
+    def __init__(self, store: EventRows, run_id: str, redact: Callable[[str], str] | None = None) -> None:
+        """`redact`: the traces' redaction (records/traces.py `Redactor`), run over each body's JSON as a trace's."""
         self.store = store
         self.run_id = run_id
+        self._redact = redact
         self._next = 1
         self._kept = 0  # events taken, and their characters, against the run's bounds
         self._chars = 0
@@ -262,6 +264,8 @@ class RunFeed:
         if body is None:
             return
         text = json.dumps(body, ensure_ascii=False)
+        if self._redact is not None:  # kept in the database as long as the run: no secret a trace would not keep
+            text = self._redact(text)
         last = isinstance(event, ev.RunFinished | ev.RunFailed)
         if not last and (self._kept >= MAX_EVENTS or self._chars + len(text) > MAX_CHARS):
             self._dropped += 1

@@ -10,7 +10,6 @@ two answers given at once cannot both be taken; the one that loses learns the wi
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +38,11 @@ class AppQuestions:
     def __init__(self, database: Database) -> None:
         self.database = database
 
-    async def ask(self, run_id: str, key: str, owner: str, step: int, name: str, arguments: Mapping[str, Any]) -> None:
-        """Raises:
-        self.database.errors: the database cannot be written."""
+    async def ask(self, run_id: str, key: str, owner: str, step: int, name: str, arguments: Any) -> None:
+        """Keep an open question; `arguments` as a view shows them (records/run_feed.py `shown_arguments`: bounded).
+
+        Raises:
+            self.database.errors: the database cannot be written."""
         body = json.dumps(arguments, ensure_ascii=False, default=str)
         await anyio.to_thread.run_sync(self.database.run, _ask, run_id, key, owner, step, name, body)
 

@@ -16,6 +16,8 @@ from meta_agent.store.database import Database, Sql
 # At most this many events, and about this many characters of them, in one page a view reads.
 PAGE_EVENTS = 200
 PAGE_CHARS = 1_000_000
+# The largest cursor a view may give: what both databases' integers hold and a page's script counts exactly (2**53).
+MAX_CURSOR = 2**53
 
 
 class RunEvents:

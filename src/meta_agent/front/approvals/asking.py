@@ -163,16 +163,25 @@ class LiveApprover:
         return "for this session" if spec.name in self._allowed else None
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        verdict = await self.question(spec, arguments)
+        self.keep(spec, verdict)
+        return verdict
+
+    async def question(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        """The user's answer, not yet remembered (`keep` remembers it: the run view's approver keeps only the answer
+        that was taken)."""
         try:
             result = await self._ctx.session.elicit_form(
                 question(spec, arguments), SCHEMA, related_request_id=self._ctx.request_context.request_id
             )
         except MCPError as exc:
             return Verdict(False, f"could not ask the user: {exc.message}")
-        verdict = verdict_of(result)
+        return verdict_of(result)
+
+    def keep(self, spec: ToolSpec, verdict: Verdict) -> None:
+        """Remember `verdict` for the rest of the session, if it says so."""
         if remembers(verdict):
             self._allowed.add(spec.name)
-        return verdict
 
 
 class ForwardedQuestions:
@@ -225,12 +234,20 @@ class ParkedApprover:
         return f"for this {self._scope}" if spec.name in self._allowed else None
 
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        verdict = await self.question(spec, arguments)
+        self.keep(spec, verdict)
+        return verdict
+
+    async def question(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
+        """The caller's answer, not yet remembered (as LiveApprover.question)."""
         form = t.ElicitRequestFormParams(message=question(spec, arguments), requested_schema=schema(self._scope))
         response = await self._run.ask(INPUT_KEY, t.ElicitRequest(params=form))
-        verdict = verdict_of(response if isinstance(response, t.ElicitResult) else None, self._scope)
+        return verdict_of(response if isinstance(response, t.ElicitResult) else None, self._scope)
+
+    def keep(self, spec: ToolSpec, verdict: Verdict) -> None:
+        """Remember `verdict` for the rest of the session or conversation, if it says so."""
         if remembers(verdict, self._scope):
             self._allowed.add(spec.name)
-        return verdict
 
 
 class ParkedRuns:

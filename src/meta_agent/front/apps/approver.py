@@ -12,13 +12,14 @@ answers within `WAIT_SECONDS` is denied.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
 
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
+from meta_agent.records.run_feed import shown_arguments
 from meta_agent.shared.ids import random_ulid
 from meta_agent.shared.text import one_line
 from meta_agent.store.app_questions import AppQuestions, Settled
@@ -28,6 +29,16 @@ POLL_SECONDS = 1.0  # how often a question is looked up in the database: an answ
 WAIT_SECONDS = 900.0  # how long a question waits for an answer from the view alone, then is denied
 UNANSWERED = f"denied: nobody answered within {WAIT_SECONDS / 60:g} minutes"
 ENDED = "withdrawn: the run ended before it was answered"
+
+
+@runtime_checkable
+class Remembering(Protocol):
+    """A caller's approver that can ask without remembering the answer, and remember it later (front/approvals):
+    an "allow for this session" that lost to the view's answer must allow nothing."""
+
+    async def question(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict: ...
+
+    def keep(self, spec: ToolSpec, verdict: Verdict) -> None: ...
 
 
 class ViewAnswers:
@@ -66,7 +77,8 @@ class ViewApprover:
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
         key = random_ulid()
         try:
-            await self.questions.ask(self.run_id, key, self.owner, 0, spec.name, arguments)
+            # as the run's events show them: cut and safe (a call's arguments may be 32 million characters long)
+            await self.questions.ask(self.run_id, key, self.owner, 0, spec.name, shown_arguments(arguments)[0])
         except self.questions.database.errors as exc:  # the view cannot be asked: the caller may be
             log.warning("view_question_not_kept", run_id=self.run_id, error=one_line(str(exc), 300))
             if self.inner is not None:
@@ -95,11 +107,15 @@ class ViewApprover:
     async def _from_view(self, key: str, won: Any) -> None:
         """Wait for the view's answer: at once when given through this process, else found by polling."""
         event = self.answers.waiting(self.run_id, key)
-        waited = 0.0
+        due = anyio.current_time() + WAIT_SECONDS
+        woken = False
         while True:
-            with anyio.move_on_after(POLL_SECONDS):
-                await event.wait()
-            waited += POLL_SECONDS
+            if woken:  # the answer woke it once already: one the database could not give back is polled for
+                await anyio.sleep(POLL_SECONDS)
+            else:
+                with anyio.move_on_after(POLL_SECONDS):
+                    await event.wait()
+                woken = event.is_set()
             try:
                 settled = await self.questions.answer_of(self.run_id, key)
             except self.questions.database.errors:
@@ -107,16 +123,22 @@ class ViewApprover:
             if settled is not None:
                 await won(Verdict(settled.allowed, settled.answer))
                 return
-            if self.inner is None and waited >= WAIT_SECONDS:
+            if self.inner is None and anyio.current_time() >= due:
                 settled, _ = await self._settle(key, Settled(allowed=False, answer=UNANSWERED))
                 await won(Verdict(settled.allowed, settled.answer))
                 return
 
     async def _from_caller(self, key: str, spec: ToolSpec, arguments: Mapping[str, Any], won: Any) -> None:
         """The caller's own answer, unless the view's was taken first (then that one stands)."""
-        assert self.inner is not None
-        verdict = await self.inner.ask(spec, arguments)
+        inner = self.inner
+        assert inner is not None
+        if isinstance(inner, Remembering):
+            verdict = await inner.question(spec, arguments)
+        else:
+            verdict = await inner.ask(spec, arguments)
         settled, taken = await self._settle(key, Settled(allowed=verdict.allowed, answer=verdict.answer))
+        if taken and isinstance(inner, Remembering):  # a late "allow for this session" that lost allows nothing
+            inner.keep(spec, verdict)
         await won(verdict if taken else Verdict(settled.allowed, settled.answer))
 
     async def _settle(self, key: str, answer: Settled) -> tuple[Settled, bool]:

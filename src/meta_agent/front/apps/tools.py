@@ -25,6 +25,7 @@ from meta_agent.front.auth.subjects import subject_of
 from meta_agent.front.calls import front_of
 from meta_agent.front.tool_results import tool_error
 from meta_agent.store.database import LOCAL_OWNER
+from meta_agent.store.run_events import MAX_CURSOR
 
 RequestId = Annotated[str | int | None, Field(description="The JSON-RPC id of the tools/call whose run to show.")]
 
@@ -64,7 +65,7 @@ def _add_run_tools(apps: Apps) -> None:
         run_id: Annotated[str | None, Field(description="The run to read.", max_length=100)] = None,
         request_id: RequestId = None,
         task: Annotated[str | None, Field(description="The task the call gave (tells runs apart).")] = None,
-        after: Annotated[int, Field(description="The cursor: events after this one.", ge=0)] = 0,
+        after: Annotated[int, Field(description="The cursor: events after this one.", ge=0, le=MAX_CURSOR)] = 0,
     ) -> t.CallToolResult:
         """A run's events after a cursor, its pending approvals, and its result once done."""
         if isinstance(request_id, str) and len(request_id) > 1000:

@@ -18,6 +18,7 @@ from meta_agent.core.result import Mode
 from meta_agent.front.apps.views import AppViews, Caller, ViewError
 from meta_agent.front.call_guard import argument_error, unknown_argument
 from meta_agent.front.tool_results import tool_error
+from meta_agent.store.run_events import MAX_CURSOR
 
 REQUEST_ID_CHARS = 1000  # as app_run checks it
 
@@ -30,7 +31,7 @@ class RunArguments(_Arguments):
     run_id: Annotated[str | None, Field(max_length=100)] = None
     request_id: str | int | None = None
     task: str | None = None
-    after: Annotated[int, Field(ge=0)] = 0
+    after: Annotated[int, Field(ge=0, le=MAX_CURSOR)] = 0
 
 
 class AnswerArguments(_Arguments):
