@@ -154,3 +154,48 @@ async def test_a_view_cannot_start_more_runs_than_the_cap(llm: FakeLLM, tmp_path
         refused = await client.call_tool("app_start", {"task": "two", "mode": "ask"})
     assert first["run_id"]
     assert error_of(refused) == "1 runs started from views are running already (META_AGENT_MAX_TASKS)"
+
+
+async def test_one_subject_cannot_take_every_place_for_runs_started_in_views(llm: FakeLLM, tmp_path: Path) -> None:
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "s.sqlite3")
+    for _ in range(views.PER_SUBJECT):
+        llm.reply(openai_reply("slow"), delay=60)  # each run holds its place until the server stops
+    async with Client(build_server(settings, {}, openai_env(llm)), extensions=UI) as client:
+        for n in range(views.PER_SUBJECT):
+            await app(client, "app_start", task=f"run {n}", mode="ask")
+        refused = await client.call_tool("app_start", {"task": "one more", "mode": "ask"})
+    assert error_of(refused) == (
+        f"{views.PER_SUBJECT} of your runs started from views are running already; wait for one to end"
+    )
+
+
+async def test_a_pending_questions_arguments_are_redacted(llm: FakeLLM, tmp_path: Path) -> None:
+    secret = "sk-live-" + "q" * 40
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "s.sqlite3")
+    server = build_server(settings, {"f": fault_entry()}, openai_env(llm, OPENAI_API_KEY=secret))
+    llm.reply(openai_reply(None, ("c1", "f__delete_file", {"path": f"/tmp/{secret}"})))
+    llm.reply(openai_reply("finished"))
+    async with Client(server, extensions=UI) as client, anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            with call_ids(client, "secret-1"):
+                await client.call_tool("agent", {"task": "delete it"})
+
+        tg.start_soon(call)
+        run_id, question = await pending_of(client, "secret-1")
+        await app(client, "app_answer", run_id=run_id, key=question["key"], decision="deny")
+    assert secret not in str(question["arguments"]) and question["arguments"]["path"].startswith("/tmp/")
+
+
+async def test_what_views_kept_of_runs_ended_long_ago_is_forgotten(llm: FakeLLM, tmp_path: Path) -> None:
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "s.sqlite3")
+    server = build_server(settings, {}, openai_env(llm))
+    llm.reply(openai_reply("hi"))
+    async with Client(server, extensions=UI) as client:
+        run_id = (await client.call_tool("ask", {"prompt": "hi"})).structured_content["run_id"]  # type: ignore[index]
+        kept = await app(client, "app_run", run_id=run_id)
+        assert server.engine is not None
+        assert await server.engine.runs.forget_views(1) == 0  # ended just now: kept
+        assert await server.engine.runs.forget_views(-1) == len(kept["events"])  # "ended before tomorrow": all
+        forgotten = await app(client, "app_run", run_id=run_id)
+    assert kept["events"] and forgotten["events"] == [] and forgotten["run"]["status"] == "done"

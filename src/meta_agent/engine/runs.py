@@ -8,6 +8,7 @@ replica resumes it; each model turn, tool call and approval is then one of its s
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from meta_agent.records.traces import Redactor, TraceWriter
 from meta_agent.shared.ids import random_id
 from meta_agent.shared.text import one_line
 from meta_agent.store.conversations import Conversations, Turn
-from meta_agent.store.database import LOCAL_OWNER, Database
+from meta_agent.store.database import LOCAL_OWNER, Database, Sql
 from meta_agent.store.parking import SharedRounds
 from meta_agent.store.preferences import UNREADABLE, Preferences, PreferenceStore
 from meta_agent.store.run_events import RunEvents
@@ -98,7 +99,7 @@ class Runs:
         self.preferences = PreferenceStore(database)
         self.durable = durable
         self.trace_dir = trace_dir
-        self._redact = redact
+        self.redact = redact  # the traces' redaction: what the views keep is redacted alike
         self._checks = ArgumentCheck()  # validators outlive a run: building one costs more than a step
         self._latest: dict[str, Event] = {}  # each running run's latest event: what it is doing (in_progress)
 
@@ -193,7 +194,7 @@ class Runs:
             unavailable_servers=unavailable,
         )
         parent = parent_context(spec.traceparent, spec.tracestate)
-        spans = Spans(conversation_id=turn.conversation_id, parent=parent, redact=self._redact)
+        spans = Spans(conversation_id=turn.conversation_id, parent=parent, redact=self.redact)
         runner: ToolRunner = spans.traced(self.toolbox.runner(caller.questions))  # a child's call joins the trace
         provider, fallbacks = spans.traced_model(provider), [spans.traced_model(model) for model in fallbacks]
         approver = caller.approver
@@ -222,9 +223,9 @@ class Runs:
     async def _loop(self, request: RunRequest, emit: Emit | None, spans: Spans, **parts: Any) -> RunResult:
         """The loop's run of `request` with its `parts` (provider, fallbacks, tools, approver), each event to `emit`,
         the trace, telemetry and (durable) the run index; the trace is whole on disk before the result is returned."""
-        trace = TraceWriter(self.trace_dir, self._redact)
+        trace = TraceWriter(self.trace_dir, self.redact)
         noted = None if self.durable is None else self.durable.noting(request.run_id)
-        feed = RunFeed(self.events, request.run_id, self._redact)
+        feed = RunFeed(self.events, request.run_id, self.redact)
         # telemetry and the views first: a caller's sink that raises (it ends the run) must not leave the run's spans
         # open for good, nor its views without its end
         sinks = [sink for sink in (spans, Metrics(), feed, emit, trace, noted) if sink is not None]
@@ -270,6 +271,19 @@ class Runs:
         except (ValueError, RecursionError) as exc:
             error = f"this turn cannot be stored as JSON ({type(exc).__name__}: {exc}); it was not saved"
         return 0, one_line(error)  # whatever the error said
+
+    async def forget_views(self, older_than_days: float) -> int:
+        """Drop what the views kept of the runs that ended more than `older_than_days` ago (their events and
+        questions), as their traces are dropped: how many runs'. The database failing is logged, never raised."""
+        cutoff = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - older_than_days * 86400))
+        try:
+            forgotten = await anyio.to_thread.run_sync(self.database.run, _forget_views, cutoff)
+        except self.database.errors as exc:
+            log.warning("views_not_pruned", error=one_line(str(exc), 300), database=self.database.label)
+            return 0
+        if forgotten:
+            log.info("views_pruned", events=forgotten, older_than_days=older_than_days)
+        return forgotten
 
     async def _chosen(self, owner: str) -> Preferences:
         """What `owner` chose in the tool selector, for its run; where that cannot be read, that it cannot (the run
@@ -354,6 +368,12 @@ class Runs:
             raise ConfigError(f"META_AGENT_DATABASE_URL: cannot use {self.database.label}: {exc}") from None
         async with shared.serving():
             yield shared
+
+
+def _forget_views(sql: Sql, cutoff: str) -> int:
+    ended = "select id from runs where status = 'done' and updated < ?"
+    sql.execute(f"delete from app_questions where run_id in ({ended})", (cutoff,))
+    return sql.execute(f"delete from run_events where run_id in ({ended})", (cutoff,))
 
 
 def _same(value: Any) -> Any:

@@ -133,6 +133,8 @@ class MetaAgentServer(MCPServer[Front]):
         async with engine, self._shared_rounds(engine) as shared, anyio.create_task_group() as background:
             self.engine = engine
             background.start_soon(self.subscribers.deliver)
+            # what the views kept of runs ended long ago goes as their traces do: in the background, not before serving
+            background.start_soon(engine.runs.forget_views, engine.settings.trace_max_age_days)
             try:
                 settings = engine.settings
                 parked = ParkedRuns(background, shared, max_parked=settings.max_parked)

@@ -11,7 +11,8 @@ answers within `WAIT_SECONDS` is denied.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -63,8 +64,17 @@ class ViewApprover:
     """Asks in the run view, and through `inner` (the caller's own question) where there is one."""
 
     def __init__(
-        self, inner: Approver | None, questions: AppQuestions, answers: ViewAnswers, *, run_id: str, owner: str
+        self,
+        inner: Approver | None,
+        questions: AppQuestions,
+        answers: ViewAnswers,
+        *,
+        run_id: str,
+        owner: str,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
+        """`redact`: the traces' redaction, run over a question's arguments before they are kept, as over a trace."""
+        self.redact = redact
         self.inner = inner
         self.questions = questions
         self.answers = answers
@@ -77,8 +87,11 @@ class ViewApprover:
     async def ask(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> Verdict:
         key = random_ulid()
         try:
-            # as the run's events show them: cut and safe (a call's arguments may be 32 million characters long)
-            await self.questions.ask(self.run_id, key, self.owner, 0, spec.name, shown_arguments(arguments)[0])
+            # as the run's events show them: cut, safe and redacted (arguments may be 32 million characters long)
+            shown = shown_arguments(arguments)[0]
+            if self.redact is not None:
+                shown = json.loads(self.redact(json.dumps(shown, ensure_ascii=False)))
+            await self.questions.ask(self.run_id, key, self.owner, 0, spec.name, shown)
         except self.questions.database.errors as exc:  # the view cannot be asked: the caller may be
             log.warning("view_question_not_kept", run_id=self.run_id, error=one_line(str(exc), 300))
             if self.inner is not None:

@@ -35,6 +35,7 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 READERS = 8  # reads of the database for views at once, per process; more wait their turn
 DESCRIPTION_CHARS = 600
+PER_SUBJECT = 10  # runs started from views that one subject may have running at once, of META_AGENT_MAX_TASKS
 RECENT_RUNS = 20  # how many of a caller's newest runs a view without its call's id looks through for its task
 SETTLE_SECONDS = 10.0  # how long the tool selector waits for children still starting; then it shows them starting
 FIND_TOOLS = "find_tools"  # the one internal tool the toolbox does not list: it joins a run that searches its tools
@@ -73,13 +74,14 @@ class AppViews:
         self.answers = ViewAnswers()
         self._background = background
         self._max_runs = max_runs
-        self._started = 0
+        self._started: dict[str, int] = {}  # runs started from views and running, by subject
         self._readers = anyio.CapacityLimiter(READERS)
 
     def approver(self, inner: Any, run_id: str, owner: str) -> ViewApprover:
         """The approver of a run a view shows: its questions go to the view, and to `inner` (the host's own
         question) where there is one; the first answer wins."""
-        return ViewApprover(inner, self.questions, self.answers, run_id=run_id, owner=owner)
+        redact = self.engine.runs.redact
+        return ViewApprover(inner, self.questions, self.answers, run_id=run_id, owner=owner, redact=redact)
 
     async def run(
         self, caller: Caller, *, run_id: str | None, request_id: object, task: str | None, after: int
@@ -199,10 +201,14 @@ class AppViews:
 
     async def start(self, caller: Caller, *, task: str, mode: Mode) -> dict[str, Any]:
         """Start a run of `task` in `mode` for the caller, in the background; its questions go to its view."""
-        if self._started >= self._max_runs:
+        running = sum(self._started.values())
+        if running >= self._max_runs:
             raise ViewError(f"{self._max_runs} runs started from views are running already (META_AGENT_MAX_TASKS)")
+        mine = self._started.get(caller.owner, 0)
+        if mine >= PER_SUBJECT:
+            raise ViewError(f"{PER_SUBJECT} of your runs started from views are running already; wait for one to end")
         run_id = random_ulid()
-        self._started += 1
+        self._started[caller.owner] = mine + 1
         self._background.start_soon(self._run_started, caller.owner, task, mode, run_id)
         return {"run_id": run_id}
 
@@ -216,7 +222,8 @@ class AppViews:
         except Exception as exc:  # a bug of ours: the traceback for the log
             log.exception("view_run_crashed", run_id=run_id, error=summary(exc))
         finally:
-            self._started -= 1
+            if (left := self._started.pop(owner, 1) - 1) > 0:
+                self._started[owner] = left
 
     async def runs(self, caller: Caller, limit: int) -> dict[str, Any]:
         """The caller's newest `limit` runs, newest first."""
