@@ -47,7 +47,7 @@ async def test_the_runs_list_links_each_run_to_its_page(browser: Browser) -> Non
         await page.get_by_role("link", name=RUN_ID).click()
         await expect(page.get_by_text("It is noon.")).to_be_visible()
         await expect(page.get_by_role("status")).to_have_text("done · answer")
-        assert console.calls_of("app_run")[0] == {"run_id": RUN_ID, "after": 0}
+        assert (await console.calls_made("app_run"))[0] == {"run_id": RUN_ID, "after": 0}
         for headers in console.call_headers:
             assert headers["content-type"] == "application/json"
             assert headers["x-meta-agent-ui"] == "1"
@@ -63,7 +63,7 @@ async def test_the_consoles_tools_page_sets_a_tool(browser: Browser) -> None:
         await expect(page.locator("html")).to_have_attribute("data-theme", "light")
         await page.get_by_role("combobox", name="trust for time.get_current_time").select_option("never")
         await expect(page.get_by_role("combobox", name="trust for time.get_current_time")).to_have_value("never")
-        assert console.calls_of("app_set_tool") == [{"name": "time.get_current_time", "trust": "never"}]
+        assert await console.calls_made("app_set_tool") == [{"name": "time.get_current_time", "trust": "never"}]
         await expect(page.get_by_role("link", name="Runs")).to_have_attribute("href", "/ui")
         assert console.errors == []
 

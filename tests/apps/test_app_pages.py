@@ -233,6 +233,7 @@ async def test_the_tool_selector_sets_tools_trust_and_mode(browser: Browser) -> 
         await internal.focus()
         await internal.press("Space")
         await expect(internal).not_to_be_checked()
+        await app.settle()  # a box changes at once; its call is on its way
         assert app.calls_of("app_set_tool") == [
             {"name": "time.get_current_time", "enabled": False},
             {"name": "time.get_current_time", "trust": "always"},
