@@ -44,6 +44,16 @@ class MetaAgentError(Exception):
         return (_rebuilt, (type(self), str(self), self.__dict__))
 
 
+class RunCancelled(Exception):
+    """A durable run resumed after its replica stopped was stopped by its task's caller (or its task's question went
+    unanswered): durable/runs.py marks it cancelled for good. Not a MetaAgentError: nobody is told it but the run's
+    record."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} was cancelled")
+        self.run_id = run_id
+
+
 def _rebuilt(kind: type[MetaAgentError], message: str, attributes: dict[str, object]) -> MetaAgentError:
     error = kind.__new__(kind)
     Exception.__init__(error, message)

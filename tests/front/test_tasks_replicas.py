@@ -177,7 +177,8 @@ async def test_a_task_whose_replica_is_killed_is_finished_by_the_other_and_read_
     made_in: Era, database_url: str, llm: FakeLLM, tmp_path: Path
 ) -> None:
     """The task's run waits on its model turn when its replica is SIGKILLed. Read through the other replica it is
-    `working` throughout (running on the killed one, then waiting to be taken over, then running on the other),
+    `working` throughout (running on the killed one, with the progress line it has there, then waiting to be taken
+    over, then running on the other),
     never failed; the other replica resumes the run (durable) and the task reads `completed` with the run's answer
     in both eras, and 2025-11-25's tasks/result there gives the CallToolResult with the related-task `_meta`."""
     config = fault_config(tmp_path)
@@ -192,9 +193,11 @@ async def test_a_task_whose_replica_is_killed_is_finished_by_the_other_and_read_
             task_id = await maker.start("agent", "Say it is all done.")
             await wait_for(lambda: len(llm.requests) == 1)  # its model turn is held
             async with caller(other_url, LEGACY) as old, caller(other_url, MODERN) as new:
-                for host in (old, new):
-                    read = await host.task(task_id)
-                    assert read["status"] == "working" and read["statusMessage"].startswith("running on replica "), read
+                line = (await maker.task(task_id))["statusMessage"]
+                assert line == "step 1 · model"
+                for host in (old, new):  # its progress, as its replica says it, is its status message there too
+                    seen = await host.until(task_id, lambda read: read.get("statusMessage") == line)
+                    assert set(seen.statuses) == {"working"}, seen
                 doomed.kill()
                 await anyio.to_thread.run_sync(doomed.wait, 30)
                 seen = await new.until(task_id, lambda read: read["status"] in TERMINAL)

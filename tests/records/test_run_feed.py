@@ -113,7 +113,10 @@ async def test_a_resumed_run_is_numbered_on_after_what_was_kept() -> None:
     feed = RunFeed(rows, "r")
     async with feed.writing():
         await feed(ev.ModelTurnStarted(step=1))
-    assert rows.rows == {13: {"kind": "resumed", "step": 0}, 14: {"kind": "model_turn", "step": 1, "final": False}}
+    assert rows.rows == {
+        13: {"kind": "resumed", "step": 0},
+        14: {"kind": "model_turn", "step": 1, "final": False, "line": "step 1 · model"},
+    }
 
 
 async def test_a_database_that_fails_costs_the_run_nothing_and_is_said_once() -> None:
@@ -138,7 +141,12 @@ async def test_a_run_that_raises_leaves_with_its_own_error_and_its_events_kept()
         async with feed.writing():
             await feed(ev.RunFailed(run_id="r", error="boom\nsecond line"))
             raise ValueError("the run's own")
-    assert rows.rows[1] == {"kind": "run_failed", "step": 0, "error": "boom second line"}
+    assert rows.rows[1] == {
+        "kind": "run_failed",
+        "step": 0,
+        "error": "boom second line",
+        "line": "failed · boom second line",
+    }
 
 
 async def test_the_store_pages_events_by_count_and_characters(tmp_path: Path) -> None:
@@ -153,3 +161,19 @@ async def test_the_store_pages_events_by_count_and_characters(tmp_path: Path) ->
     await events.append("big", [(1, big), (2, big), (3, big)])
     page, more = await events.page("big", 0)
     assert [seq for seq, _ in page] == [1] and more  # a page holds about PAGE_CHARS, and at least one event
+
+
+async def test_each_event_keeps_its_progress_line_bounded_and_safe_and_the_latest_is_read_back(tmp_path: Path) -> None:
+    """A task running on another replica reads with its latest progress line: kept with each event (cut, one line,
+    its unsafe characters made visible), read back past the marks that have none (a resumed run's)."""
+    events = RunEvents(SqliteDatabase(tmp_path / "s.sqlite3"))
+    assert await events.line("r") is None
+    async with (feed := RunFeed(events, "r")).writing():
+        await feed(ev.Thinking(step=2, text="\x1b]8;;evil\x07" + "w " * 10_000))
+    line = await events.line("r")
+    assert line is not None and line.startswith("step 2 · thinking: ␛]8;;evil␇")
+    assert len(line) <= run_feed.LINE_CHARS and "\n" not in line
+    async with RunFeed(events, "r").writing():  # resumed: a `resumed` mark, which has no line, comes last
+        pass
+    assert json.loads((await events.page("r", 1))[0][-1][1])["kind"] == "resumed"
+    assert await events.line("r") == line

@@ -41,6 +41,19 @@ class Lost(BaseException):
         self.error = error
 
 
+def is_cancel(error: BaseException) -> bool:
+    """Whether `error` is DBOS refusing a step of a run that was cancelled meanwhile (through another replica)."""
+    return type(error).__name__ == "DBOSWorkflowCancelledError"
+
+
+def cancelled_error(run_id: str) -> BaseException:
+    """What a resumed run cancelled by its caller raises out of its workflow: DBOS's own control error for a cancelled
+    run, which DBOS takes as such (the run stays cancelled, and no error is logged for it)."""
+    from dbos._error import DBOSWorkflowCancelledError
+
+    return DBOSWorkflowCancelledError(f"run {run_id} was cancelled by its caller")
+
+
 async def unwrapped(body: Awaitable[T], *, has_caller: bool) -> T:
     """`body`, with a DBOS control error it raises (this execution lost its run, or the run was cancelled) taken out
     of the exception groups of the loop's task groups, where DBOS would not find it: for a resumed run DBOS handles

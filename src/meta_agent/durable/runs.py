@@ -18,10 +18,18 @@ replica looks, every third of that mark's span, for rows whose mark lapsed, take
 replica takes it), and has DBOS resume it; DBOS's queue gives it to exactly one replica to run (and should that one stop
 before the run's first write names it in the index, the row lapses again and the run is handed on again). A replica
 whose engine stops leaves the runs it resumed interrupted, for the next, as a stopping process leaves all its runs. The
-index takes the writes of the replica running a run only: one that lost it cannot end it. A resumed run has no caller:
-nobody hears its progress, its model cannot be the host's (sampling), and a call whose approval was not answered before
-is refused. Runs of another meta-agent version are left to the replicas of that version (DBOS refuses to replay them
-with other code): one that takes such a run lets go of it at once, so that during a deploy a replica of the old version
+index takes the writes of the replica running a run only: one that lost it cannot end it. A resumed run has the caller
+the engine's `resumed` hook finds for it: a run that is an MCP task's is run as that task's here, so its caller comes
+back with the task (front/tasks/resumed.py); any other has none: nobody hears its progress, its model cannot be the
+host's (sampling), and a call whose approval was not answered before is refused.
+
+Cancelling a run for good (its task cancelled through any replica) marks it cancelled in its DBOS record, whose every
+later step DBOS refuses, wherever it runs; its replica, told at once, stops it there and then. A resumption checks its
+task first: a cancel that landed while no replica ran it (between its hand-on and its start, which DBOS's resume would
+undo) ends it before its first step.
+
+Runs of another meta-agent version are left to the replicas of that version (DBOS refuses to replay them with other
+code): one that takes such a run lets go of it at once, so that during a deploy a replica of the old version
 finishes it; once none is left, it stays interrupted.
 
 A database outage: DBOS holds each step's write and retries it until the database is back (a step that completed
@@ -46,9 +54,9 @@ import structlog
 from meta_agent.core.events import Emit, Event, ToolCallStarted
 from meta_agent.core.result import RunResult
 from meta_agent.core.run_spec import RunBody, RunSpec
-from meta_agent.durable.faults import Lost, RunLost, unwrapped, without_traceback
+from meta_agent.durable.faults import Lost, RunLost, cancelled_error, is_cancel, unwrapped, without_traceback
 from meta_agent.durable.steps import RunSteps
-from meta_agent.errors import ConfigError, summary
+from meta_agent.errors import ConfigError, RunCancelled, summary
 from meta_agent.records.logs import route_through_ours
 from meta_agent.shared.text import plural
 from meta_agent.store.database import Sql
@@ -173,6 +181,9 @@ class DurableRuns(Generic[C]):
                 return await _registered()(spec)
         except Lost as lost:
             log.warning("run_lost", run_id=run_id, error=summary(lost.error))
+            if is_cancel(lost.error):  # its task was cancelled through another replica: it stopped at its next step
+                with anyio.CancelScope(shield=True):
+                    await self.index.given_up(run_id, "cancelled")
             raise RunLost(run_id, lost.error) from None
         except anyio.get_cancelled_exc_class():
             if not stopping():  # its caller cancelled it: DBOS must not resume it either
@@ -193,17 +204,43 @@ class DurableRuns(Generic[C]):
             return await unwrapped(self._body(spec, caller), has_caller=True)
         task = asyncio.current_task()
         assert task is not None
-        self._resumed[task] = run_id
+        self._resumed[task] = run_id  # a cancel through another replica reaches it from now on (`cancel`)
         log.info("run_resumed", run_id=run_id)
         try:
+            if await self._cancelled_before(run_id):
+                await self.index.given_up(run_id, "cancelled")
+                raise RunCancelled(run_id)
             return await unwrapped(self._body(spec, None), has_caller=False)
+        except RunCancelled:  # by its task's caller: DBOS must not resume it again, and says nothing of it
+            await asyncio.shield(_cancelled(run_id))
+            raise cancelled_error(run_id) from None
         except asyncio.CancelledError:
             if run_id in self._cancelling:  # its caller cancelled it: DBOS must not resume it either
                 await asyncio.shield(_cancelled(run_id))
             raise
+        except BaseException as exc:
+            if is_cancel(exc):  # cancelled through another replica, whose word did not reach this one: at a step
+                await asyncio.shield(self.index.given_up(run_id, "cancelled"))
+            raise
         finally:
             del self._resumed[task]
             self._cancelling.discard(run_id)
+
+    async def _cancelled_before(self, run_id: str) -> bool:
+        """Whether the run's task was cancelled before this resumption began (between its hand-on and now, while no
+        replica ran it, a cancel has nobody to tell but its task's row). Where the database cannot say, it goes on:
+        its durable record refuses its next step if it was."""
+        try:
+            return await anyio.to_thread.run_sync(self.index.database.run, task_cancelled, run_id)
+        except self.index.database.errors as exc:
+            log.warning("run_cancel_not_read", run_id=run_id, error=summary(exc))
+            return False
+
+    async def cancel_for_good(self, run_id: str) -> None:
+        """Mark the run `run_id` cancelled in its durable record, wherever it runs: no step of it starts again (DBOS
+        refuses each from then on), and no replica resumes it. Its task was cancelled through this replica, and
+        another runs it, or none does (its replica stopped), or one is about to resume it."""
+        await _cancelled(run_id)
 
     def cancel(self, run_id: str) -> bool:
         """Cancel the run `run_id` if it was resumed here, as its caller would (its MCP task was cancelled through
@@ -274,6 +311,10 @@ class DurableRuns(Generic[C]):
             elif status.status == "PENDING":
                 await self._hand_on(run_id, status.executor_id)
             # ENQUEUED: DBOS gives it to a replica; ended: its row was left behind, its record says how it ended
+            elif status.status == "CANCELLED" and await anyio.to_thread.run_sync(
+                self.index.database.run, task_cancelled, run_id
+            ):
+                await self.index.given_up(run_id, "cancelled")  # its task was, while no replica ran it
             elif status.status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
                 await self.index.given_up(run_id, f"interrupted; its durable record says {status.status.lower()}")
         except Exception as exc:  # the next look tries again: the row's mark lapses again

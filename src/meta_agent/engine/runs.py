@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,9 @@ class Caller:
 
 
 NO_CALLER = Caller()
+# The front's hook for a durable run resumed here after its replica stopped: the run `spec`, whose body it runs with the
+# caller the run has here (an MCP task's comes back with the task: front/tasks/resumed.py).
+Resumed = Callable[[RunSpec, Callable[[Caller], Awaitable[RunResult]]], Awaitable[RunResult]]
 
 
 class Runs:
@@ -102,6 +106,7 @@ class Runs:
         self.redact = redact  # the traces' redaction: what the views keep is redacted alike
         self._checks = ArgumentCheck()  # validators outlive a run: building one costs more than a step
         self._latest: dict[str, Event] = {}  # each running run's latest event: what it is doing (in_progress)
+        self.resumed: Resumed | None = None  # None: a resumed durable run goes on without a caller
 
     async def run(
         self,
@@ -147,8 +152,13 @@ class Runs:
         return await self.body(spec, caller)
 
     async def body(self, spec: RunSpec, caller: Caller | None) -> RunResult:
-        """The run `spec`, for `caller` (None: a durable run resumed after its replica stopped)."""
-        caller = caller or NO_CALLER
+        """The run `spec`, for `caller` (None: a durable run resumed after its replica stopped, whose caller is the
+        front's `resumed` to find)."""
+        if caller is None and self.resumed is not None:
+            return await self.resumed(spec, partial(self._body, spec))
+        return await self._body(spec, caller or NO_CALLER)
+
+    async def _body(self, spec: RunSpec, caller: Caller) -> RunResult:
         emit = caller.emit
 
         async def waiting(seconds: float) -> None:  # a turn queued behind another is not a hung call
@@ -316,6 +326,12 @@ class Runs:
         """What each running run is doing, a line each (`01K… · step 4 · call kid.big {…}`): its latest progress line.
         Safe to read from another thread while the event loop is stalled (cli/watchdog.py)."""
         return [f"{run_id} · {describe(event) or event.kind}" for run_id, event in list(self._latest.items())]
+
+    async def cancel_for_good(self, run_id: str) -> None:
+        """Stop the durable run `run_id` at its next step, on whichever replica runs it or resumes it (its task was
+        cancelled through this replica, which does not run it)."""
+        if self.durable is not None:
+            await self.durable.cancel_for_good(run_id)
 
     def cancel_resumed(self, run_id: str) -> None:
         """Cancel the durable run `run_id` if this process resumed it (its caller, on another replica, cancelled it)."""

@@ -48,6 +48,7 @@ from meta_agent.front.subscriptions import ToolboxSubscribers
 from meta_agent.front.tasks import protocol as task_protocol
 from meta_agent.front.tasks.board import TaskBoard, TaskRefused, TaskView
 from meta_agent.front.tasks.protocol import PENDING, TasksExtension, relay_progress
+from meta_agent.front.tasks.resumed import ResumedTasks
 from meta_agent.front.tool_results import RunAnswer, content_block, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.records.traces import Redactor
@@ -130,6 +131,7 @@ class MetaAgentServer(MCPServer[Front]):
     async def _lifespan(self, _server: MCPServer[Front]) -> AsyncIterator[Front]:
         engine = self._open_engine()
         engine.toolbox.on_change(self.subscribers.changed)
+        resumed = engine.runs.resumed = ResumedTasks()  # before the engine starts, which may resume runs at once
         async with engine, self._shared_rounds(engine) as shared, anyio.create_task_group() as background:
             self.engine = engine
             background.start_soon(self.subscribers.deliver)
@@ -146,8 +148,10 @@ class MetaAgentServer(MCPServer[Front]):
                     shared,
                     ttl_cap=settings.task_ttl,
                     max_tasks=settings.max_tasks,
-                    resumable=engine.runs.durable is not None,
+                    events=engine.runs.events,
+                    cancel_run=engine.runs.cancel_for_good if engine.runs.durable is not None else None,
                 )
+                resumed.serve(tasks)
                 background.start_soon(tasks.sweep)
                 views = AppViews(engine, background, max_runs=settings.max_tasks)
                 # off HTTP the subject is the connection, which this lifespan serves (meta_agent.front.auth.subjects)

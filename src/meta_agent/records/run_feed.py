@@ -6,6 +6,9 @@ What a model, a child or a user wrote reaches a view as text only: the view puts
 markup, and this module has already written its control characters (a terminal's escapes, bidirectional overrides,
 lone surrogates) as visible symbols, so that no text can hide or reorder what a view shows around it.
 
+Each body also keeps the event's progress line (`line`, as MCP progress says it), so that a task running on one replica
+reads on every other with that line as its status message.
+
 Bounds, since every part of an event comes from outside: each text is cut (`TEXT_CHARS`, an answer `ANSWER_CHARS`,
 arguments `ARGUMENT_CHARS` as JSON), a result's text is read only as far as its cut (a 10 MB result costs its first
 16 K characters), and a run keeps at most `MAX_EVENTS` events and `MAX_CHARS` characters of them; past either, only its
@@ -25,6 +28,7 @@ import anyio
 import structlog
 
 from meta_agent.core import events as ev
+from meta_agent.core.event_lines import describe
 from meta_agent.core.messages import Part, TextPart
 from meta_agent.shared.text import one_line
 
@@ -34,6 +38,7 @@ ANSWER_CHARS = 64_000  # the final answer
 ARGUMENT_CHARS = 8_000  # a tool call's arguments, as JSON
 TASK_CHARS = 4_000
 TOOL_NAMES = 200  # of a run's tools, listed in its first event
+LINE_CHARS = 500  # an event's progress line, kept with it: the status message of a task read on another replica
 MAX_EVENTS = 2_000
 MAX_CHARS = 4_000_000
 FLUSH_SECONDS = 0.25  # how long an event may wait to be written with the next ones
@@ -263,6 +268,8 @@ class RunFeed:
         body = view_of(event)
         if body is None:
             return
+        if (line := describe(event)) is not None:
+            body["line"] = shown(one_line(line, LINE_CHARS), LINE_CHARS)[0]
         text = json.dumps(body, ensure_ascii=False)
         if self._redact is not None:  # kept in the database as long as the run: no secret a trace would not keep
             text = self._redact(text)

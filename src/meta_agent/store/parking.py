@@ -9,11 +9,17 @@ sends it as notifications (`pg_notify`, channel `meta_agent_parked`), as it does
 replica wakes whoever waits. A waiter also looks again every `LOOK_AGAIN` seconds, in case a notification was lost
 with a connection.
 
+A parked run that is an MCP task's also looks, as it waits for an answer, whether its task was cancelled (through any
+replica): a cancel's notification lost with a connection still stops it.
+
 A row holds whose run it is (`owner`, the subject of the caller that started it): an answer is taken only from that
 owner, whoever else holds the round's request state; anyone else is told what a run no longer parked gets.
 
 The run's replica renews its rows' `alive_until`; a row whose mark lapsed is a run whose replica stopped: whoever
-waits for it stops waiting. Rows are deleted once their result is collected, or long after they lapsed.
+waits for it stops waiting, its question is no longer pending, and no answer is taken for it. A task's run resumed by
+another replica (durable runs) opens the row again there, numbering its questions on after the last one asked, so
+that an answer to a question of the dead replica can never be taken for one asked since. Rows are deleted once their
+result is collected, or long after they lapsed.
 
 This module speaks JSON: what an outcome or an answer holds is the front's business.
 """
@@ -97,11 +103,13 @@ class SharedRounds:
 
     # -- the run's replica ------------------------------------------------------------------------------------------
 
-    async def opened(self, parked_id: str, on_cancel: Callable[[], None], owner: str) -> None:
+    async def opened(self, parked_id: str, on_cancel: Callable[[], None], owner: str) -> int:
         """`owner`'s run parked here; `on_cancel` is called when the caller of a round on another replica goes
-        away."""
+        away. The number of the last question asked under this id before (0: none; a task's run this replica resumed
+        after its replica stopped goes on from there)."""
         self._on_cancel[parked_id] = on_cancel
-        await self._run(_open, parked_id, self.replica, time.time() + self.alive_seconds, owner)
+        asked: int = await self._run(_open, parked_id, self.replica, time.time() + self.alive_seconds, owner)
+        return asked
 
     async def running(self, parked_id: str, run_id: str) -> None:
         """The parked run's run id (a caller whose round outlived the run's replica is told where to read it)."""
@@ -111,13 +119,17 @@ class SharedRounds:
         await self._run(_post, parked_id, outcome.asked, json.dumps(outcome.body), outcome.final)
 
     async def answer_to(self, parked_id: str, asked: int) -> dict[str, Any] | None:
-        """Wait for the answer to question `asked` given through another replica (None: the row is gone)."""
+        """Wait for the answer to question `asked` given through another replica (None: the row is gone). A run that
+        is a task cancelled meanwhile is cancelled here, as by its note (which may have been lost with a connection)."""
         async with self._subscribed(parked_id) as notes:
             while True:
                 row = await self._run(_answer, parked_id, asked)
                 if row is None:
                     return None
-                answered_by, answer = row
+                answered_by, answer, cancelled = row
+                if cancelled and (cancel := self._on_cancel.get(parked_id)) is not None:
+                    cancel()
+                    return None
                 if answered_by is not None and answered_by != self.replica:
                     return dict(json.loads(answer))
                 with anyio.move_on_after(LOOK_AGAIN):
@@ -136,7 +148,7 @@ class SharedRounds:
         """Give `owner`'s answer to question `asked`: None if it is taken, else "gone" (`owner` has no such parked
         run) or "answered" (that question is not the one pending, or was answered already)."""
         answer = json.dumps(responses)
-        refused: str | None = await self._run(_give_answer, parked_id, asked, answer, self.replica, owner)
+        refused: str | None = await self._run(_give_answer, parked_id, asked, answer, self.replica, owner, time.time())
         return refused
 
     async def next_outcome(
@@ -168,8 +180,9 @@ class SharedRounds:
                         await report(note.tick, note.message)
 
     async def pending(self, parked_id: str) -> Outcome | None:
-        """The round of the question a run parked on any replica waits on, not yet answered; None: none is."""
-        outcome: Outcome | None = await self._run(_pending, parked_id)
+        """The round of the question a run parked on any replica waits on, not yet answered; None: none is (the
+        question of a replica that stopped is not: its run, resumed elsewhere, asks again)."""
+        outcome: Outcome | None = await self._run(_pending, parked_id, time.time())
         return outcome
 
     async def collected(self, parked_id: str) -> None:
@@ -257,11 +270,23 @@ def _secret(sql: Sql, made: str) -> str:
     return str(row[0])
 
 
-def _open(sql: Sql, parked_id: str, replica: str, alive_until: float, owner: str) -> None:
+def _open(sql: Sql, parked_id: str, replica: str, alive_until: float, owner: str) -> int:
+    """Open the run's row here, taking over the row of a replica that stopped (a resumed task's run): its outcome and
+    any answer to it go, its numbering stays."""
+    row = sql.one("select asked from parked_rounds where id = ?", (parked_id,))
+    if row is None:
+        sql.execute(
+            "insert into parked_rounds (id, replica, asked, alive_until, owner) values (?, ?, 0, ?, ?)",
+            (parked_id, replica, alive_until, owner),
+        )
+        return 0
     sql.execute(
-        "insert into parked_rounds (id, replica, asked, alive_until, owner) values (?, ?, 0, ?, ?)",
-        (parked_id, replica, alive_until, owner),
+        "update parked_rounds set replica = ?, alive_until = ?, owner = ?, outcome = null, final = 0,"
+        " answered_by = null, answer = null where id = ?",
+        (replica, alive_until, owner, parked_id),
     )
+    _changed(sql, parked_id)
+    return int(row[0])
 
 
 def _run_id(sql: Sql, parked_id: str, run_id: str) -> None:
@@ -276,18 +301,23 @@ def _post(sql: Sql, parked_id: str, asked: int, body: str, final: bool) -> None:
     _changed(sql, parked_id)
 
 
-def _answer(sql: Sql, parked_id: str, asked: int) -> tuple[str | None, str | None] | None:
-    row = sql.one("select asked, answered_by, answer from parked_rounds where id = ?", (parked_id,))
+def _answer(sql: Sql, parked_id: str, asked: int) -> tuple[str | None, str | None, bool] | None:
+    row = sql.one(
+        "select p.asked, p.answered_by, p.answer, t.cancelled from parked_rounds p left join tasks t on t.id = p.id"
+        " where p.id = ?",
+        (parked_id,),
+    )
     if row is None:
         return None
-    return (row[1], row[2]) if row[0] == asked else (None, None)
+    cancelled = bool(row[3])  # a task's, through any replica
+    return (row[1], row[2], cancelled) if row[0] == asked else (None, None, cancelled)
 
 
-def _give_answer(sql: Sql, parked_id: str, asked: int, answer: str, replica: str, owner: str) -> str | None:
+def _give_answer(sql: Sql, parked_id: str, asked: int, answer: str, replica: str, owner: str, at: float) -> str | None:
     taken = sql.execute(
         "update parked_rounds set answered_by = ?, answer = ? where id = ? and owner = ? and asked = ? and final = 0"
-        " and answered_by is null",
-        (replica, answer, parked_id, owner, asked),
+        " and answered_by is null and alive_until >= ?",
+        (replica, answer, parked_id, owner, asked, at),
     )
     if taken:
         _changed(sql, parked_id)
@@ -305,11 +335,11 @@ def _read(sql: Sql, parked_id: str) -> tuple[Outcome | None, float | None, str |
     return outcome, alive_until, run_id
 
 
-def _pending(sql: Sql, parked_id: str) -> Outcome | None:
+def _pending(sql: Sql, parked_id: str, at: float) -> Outcome | None:
     row = sql.one(
         "select asked, outcome from parked_rounds where id = ? and final = 0 and answered_by is null"
-        " and outcome is not null",
-        (parked_id,),
+        " and outcome is not null and alive_until >= ?",
+        (parked_id, at),
     )
     return None if row is None else Outcome(int(row[0]), json.loads(row[1]), final=False)
 

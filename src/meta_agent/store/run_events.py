@@ -7,6 +7,7 @@ in characters, so a view polling a run with huge events is answered in pages.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import anyio
@@ -42,6 +43,14 @@ class RunEvents:
         """
         return await anyio.to_thread.run_sync(self.database.run, _last, run_id)
 
+    async def line(self, run_id: str) -> str | None:
+        """The progress line of the run's latest event that has one (None: none kept yet).
+
+        Raises:
+            errors: the database cannot be read.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _line, run_id)
+
     async def page(self, run_id: str, after: int) -> tuple[list[tuple[int, str]], bool]:
         """The run's events numbered after `after`, in order, at most a page of them, and whether more follow.
 
@@ -62,6 +71,15 @@ def _append(sql: Sql, run_id: str, bodies: list[tuple[int, str]]) -> None:
 def _last(sql: Sql, run_id: str) -> int:
     row = sql.one("select max(seq) from run_events where run_id = ?", (run_id,))
     return 0 if row is None or row[0] is None else int(row[0])
+
+
+def _line(sql: Sql, run_id: str) -> str | None:
+    # the last few: the marks a run's feed writes (resumed, dropped) have no line
+    for (body,) in sql.all("select body from run_events where run_id = ? order by seq desc limit 4", (run_id,)):
+        line = json.loads(body).get("line")
+        if isinstance(line, str):
+            return line
+    return None
 
 
 def _page(sql: Sql, run_id: str, after: int) -> tuple[list[tuple[int, str]], bool]:

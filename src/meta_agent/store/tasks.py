@@ -54,6 +54,15 @@ class TaskRows:
         """
         return await anyio.to_thread.run_sync(self.database.run, _read, task_id, owner)
 
+    async def owned(self, task_id: str) -> tuple[str, TaskRow] | None:
+        """The task `task_id` and whose it is (None: no task has that id, or it is no longer kept): for a run this
+        replica resumed, which may be a task's; never for a caller's request, which reads only its own (`read`).
+
+        Raises:
+            self.database.errors: the database cannot be read.
+        """
+        return await anyio.to_thread.run_sync(self.database.run, _owned, task_id)
+
     async def page(self, owner: str, after: str | None) -> tuple[list[TaskRow], str | None]:
         """`owner`'s tasks, oldest first, from the one after `after`; and the cursor of the next page (None: last).
 
@@ -124,6 +133,12 @@ def _row(row: tuple[Any, ...]) -> TaskRow:
 def _read(sql: Sql, task_id: str, owner: str) -> TaskRow | None:
     row = sql.one(f"{_select(sql)} where t.id = ? and t.owner = ? and {_kept(sql)}", (task_id, owner))
     return None if row is None else _row(row)
+
+
+def _owned(sql: Sql, task_id: str) -> tuple[str, TaskRow] | None:
+    row = sql.one("select owner from tasks where id = ?", (task_id,))
+    task = None if row is None else _read(sql, task_id, str(row[0]))
+    return None if row is None or task is None else (str(row[0]), task)
 
 
 def _page(sql: Sql, owner: str, after: str | None) -> tuple[list[TaskRow], str | None]:

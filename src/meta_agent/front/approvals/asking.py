@@ -94,7 +94,8 @@ def verdict_of(result: t.ElicitResult | None, scope: str = "session") -> Verdict
     decision = (result.content or {}).get("decision")
     if decision not in CHOICES:
         return Verdict(False, f"unreadable answer {decision!r}")
-    return Verdict(decision != "deny", CHOICES[str(decision)].format(scope=scope))
+    # allowed for longer than this call: for the rest of this run too, which a durable run keeps across a resume
+    return Verdict(decision != "deny", CHOICES[str(decision)].format(scope=scope), for_run=decision == "allow_session")
 
 
 def remembers(verdict: Verdict, scope: str = "session") -> bool:

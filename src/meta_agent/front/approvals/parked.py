@@ -219,8 +219,9 @@ class ParkedRun:
         """Run `work` to its result, which the next round collects; `done` once it has ended, however it ended."""
         answered = False
         try:
-            if self._shared is not None:
-                await self._tell(self._shared.opened, self.id, self.scope.cancel, self.owner)
+            if self._shared is not None:  # a task's run resumed here numbers its questions on after its last
+                asked = await self._tell(self._shared.opened, self.id, self.scope.cancel, self.owner)
+                self._seq = max(self._seq, asked or 0)
             with self.scope:
                 try:
                     result = await work()
@@ -340,13 +341,15 @@ class ParkedRun:
         if (message := progress_message(event)) is not None:
             await self._tell(self._shared.progress, self.id, next(self.ticks), message)
 
-    async def _tell(self, write: Callable[..., Awaitable[object]], *args: Any) -> None:
-        """A write to the shared rounds; one that fails is logged: rounds through this replica still work."""
+    async def _tell(self, write: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """A write to the shared rounds, and what it answered; one that fails is logged (None): rounds through this
+        replica still work."""
         assert self._shared is not None
         try:
-            await write(*args)
+            return await write(*args)
         except self._shared.database.errors as exc:
             log.warning("parked_round_not_shared", parked=self.id, error=str(exc), database=self._shared.database.label)
+            return None
 
 
 @cache

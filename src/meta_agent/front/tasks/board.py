@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, partial
 from typing import Any, Literal
 
 import anyio
@@ -33,6 +33,7 @@ from meta_agent.front.tool_results import stored_result, tool_error
 from meta_agent.shared.ids import random_ulid
 from meta_agent.store.database import now
 from meta_agent.store.parking import Note, SharedRounds
+from meta_agent.store.run_events import RunEvents
 from meta_agent.store.tasks import TaskRow, TaskRows
 
 log = structlog.get_logger(__name__)
@@ -45,6 +46,7 @@ SWEEP_SECONDS = 60.0  # how often the tasks past their time are dropped
 KEEP_RESULTS = 100  # results of ended tasks kept in memory as they were (with their images); older: from the index
 MESSAGE_CHARS = 500  # a status message is a progress line, cut to this
 STARTING = "starting its run"
+RESUMED = "its run resumed on this replica after its own stopped"
 
 Status = Literal["working", "input_required", "done", "cancelled", "lost"]
 
@@ -114,17 +116,22 @@ class TaskBoard:
         *,
         ttl_cap: float,
         max_tasks: int,
-        resumable: bool,
+        events: RunEvents,
+        cancel_run: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
-        """`ttl_cap`: META_AGENT_TASK_TTL, seconds; `resumable`: a task whose replica stops is finished by another
-        (durable runs), so an interrupted run is still working."""
+        """`ttl_cap`: META_AGENT_TASK_TTL, seconds; `events`: the runs' events (a task running on another replica
+        reads with its latest progress line); `cancel_run`: with durable runs (a task whose replica stops is finished
+        by another, so an interrupted run is still working), cancels a run for good on every replica, whichever runs
+        it or resumes it next."""
         self._tg = tg
         self._rows = rows
         self._spaces = spaces
         self._shared = shared
+        self._events = events
+        self._cancel_run = cancel_run
         self._ttl_cap_ms = max(MIN_TTL_MS, int(ttl_cap * 1000))
         self._max_tasks = max_tasks
-        self._resumable = resumable
+        self._resumable = cancel_run is not None
         self._live: dict[str, TaskRun] = {}
         self._results: OrderedDict[str, t.CallToolResult] = OrderedDict()
 
@@ -212,9 +219,32 @@ class TaskBoard:
             log.warning("task_cancel_not_recorded", task_id=task_id, error=str(exc))
         if (task := self._live.get(task_id)) is not None:
             task.run.scope.cancel()
-        elif self._shared is not None:
-            await self._shared.notify(Note(task_id, "cancel"))
+        else:
+            if self._shared is not None:  # the replica running it stops it now
+                await self._shared.notify(Note(task_id, "cancel"))
+            if self._cancel_run is not None:  # and it stops at its next step wherever it runs, or is resumed
+                await self._cancel_run(task_id)
         return replace(view, status="cancelled", message=CANCELLED, questions={}, updated=iso(now())), True
+
+    async def owned(self, task_id: str) -> tuple[str, TaskRow] | None:
+        """The task `task_id` and whose it is, for a run resumed here (None: the run is no task's, or the database
+        cannot say: the run goes on without its caller, as any resumed run did before tasks followed theirs)."""
+        try:
+            return await self._rows.owned(task_id)
+        except self._rows.database.errors as exc:
+            log.warning("resumed_task_not_read", task_id=task_id, error=str(exc))
+            return None
+
+    async def carry(self, owner: str, row: TaskRow, work: Callable[[TaskRun], Awaitable[t.CallToolResult]]) -> None:
+        """Run `work` here and now as the run of `owner`'s task (`row`), made on a replica that stopped, resumed
+        here (durable runs): the task's caller comes back with it, as with a task made here (its progress is the
+        task's status message, its questions make the task `input_required`, answered through any replica, its
+        cancel stops it). `work` is cancelled where the task's run is stopped (the task cancelled, a question not
+        answered in time, META_AGENT_MAX_PARKED runs waiting already)."""
+        run = ParkedRun(self._spaces, shared=self._shared, parked_id=row.task_id, detached=True, owner=owner)
+        task = TaskRun(run, iso(row.created), row.ttl_ms, message=RESUMED, updated=iso(now()))
+        self._live[row.task_id] = task
+        await run.execute(partial(work, task), lambda: self._ended(task))
 
     async def settled(
         self, owner: str, task_id: str, ask: Callable[[CallerRequest], Awaitable[t.InputResponse | None]]
@@ -340,7 +370,13 @@ class TaskBoard:
                 log.warning("task_question_not_read", task_id=row.task_id, error=str(exc))
         questions = {} if pending is None else _questions(pending.asked, pending.body)
         status: Status = "input_required" if questions else "working"
-        return replace(base, status=status, message=f"running on replica {row.run.replica}", questions=questions)
+        try:  # its replica's latest progress line, as it would read there
+            line = await self._events.line(row.task_id)
+        except self._events.errors as exc:
+            log.warning("task_progress_not_read", task_id=row.task_id, error=str(exc))
+            line = None
+        message = (line or f"running on replica {row.run.replica}")[:MESSAGE_CHARS]
+        return replace(base, status=status, message=message, questions=questions)
 
 
 LOST = "the process that ran it ended before the run finished"
