@@ -317,11 +317,17 @@ async def _until_signalled(stops: tuple[signal.Signals, ...], command: Command, 
 
 @contextmanager
 def _signal_receiver(stops: tuple[signal.Signals, ...]) -> Iterator[AsyncIterator[int]]:
-    """The signals of `stops` as they come; where there are none to catch (Windows), a stream that ends at once."""
+    """The signals of `stops` as they come; where there are none to catch (Windows), a stream that ends at once.
+
+    A handler replaces a disposition of SIG_IGN, but not a blocked signal: a parent may have started us with SIGNALS
+    blocked (the mask passes across exec), and then a stop would wait forever, and the children, who inherit the
+    mask, would be deaf to their SIGTERM. So they are unblocked, once they are caught: one that came while they were
+    blocked is then received like any other."""
     if not stops:
         yield _no_signals()
         return
     with anyio.open_signal_receiver(*stops) as signals:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         yield signals
 
 
