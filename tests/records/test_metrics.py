@@ -233,6 +233,12 @@ def test_a_child_call_bounds_its_names(recorded: dict[str, list[Any]]) -> None:
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "inf"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1"),
         ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "5s"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "0"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "2.5"),  # milliseconds are whole, as the specification has them
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "1_000"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "\uff11\uff10"),  # digits of another script
+        ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "3600001"),  # over an hour: a mistake of unit
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "99999999999999999999999"),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"),
         ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "-5"),

@@ -1,6 +1,6 @@
 """`meta-agent run` as a process exporting over OTLP/HTTP to the tests' own receiver: the SDK is set up from the
 OTEL_* variables alone, the metrics arrive named and attributed by the conventions, and a collector that is down,
-never answers or answers garbage costs the run nothing."""
+never answers, answers garbage or trickles its answers costs the run nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from collector_front import CollectorFront
 from conftest import TIME_COMMAND, free_port, openai_env, without_otel
 from fake_llm import FakeLLM, openai_reply
 from otlp_receiver import ENDLESS_BYTES, GrpcReceiver, OtlpReceiver
@@ -18,8 +19,9 @@ from otlp_receiver import ENDLESS_BYTES, GrpcReceiver, OtlpReceiver
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="the otel extra is not installed")
 
 META_AGENT = [sys.executable, "-m", "meta_agent"]
-# The exporters' timeouts in these runs: the sum of both is far above what a run may take with a bad collector.
-EXPORT_TIMEOUT_S = 20
+# The exporters' timeouts in these runs, in milliseconds: the sum of both is far above what a run may take with a
+# bad collector.
+EXPORT_TIMEOUT_MS = 20_000
 BOUND_S = 15.0  # a generous bound on a whole run's process, well under the exporters' timeouts together
 
 
@@ -44,7 +46,7 @@ def exported_run(
         base=clean,
         OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
         OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
-        OTEL_EXPORTER_OTLP_TIMEOUT=str(EXPORT_TIMEOUT_S),
+        OTEL_EXPORTER_OTLP_TIMEOUT=str(EXPORT_TIMEOUT_MS),
         OTEL_SERVICE_NAME="meta-agent-under-test",
     )
     started = time.monotonic()
@@ -105,15 +107,22 @@ def test_a_run_exports_its_spans_and_metrics(llm: FakeLLM, config: Path) -> None
         ("down", "http/protobuf"),
         ("slow", "http/protobuf"),
         ("garbage", "http/protobuf"),
+        ("trickle", "http/protobuf"),
         ("down", "grpc"),
         ("slow", "grpc"),
+        ("trickle", "grpc"),
     ],
 )
 def test_a_bad_collector_costs_the_run_nothing(llm: FakeLLM, config: Path, behaviour: str, protocol: str) -> None:
-    """Down (nothing listens), slow (never answers) or garbage, over HTTP or gRPC: the run succeeds and ends within
-    the bound."""
+    """Down (nothing listens), slow (never answers), garbage, or trickling its answers a byte at a time, over HTTP
+    or gRPC: the run succeeds and ends within the bound."""
     if behaviour == "down":
         result, took = exported_run(llm, config, f"http://127.0.0.1:{free_port()}", protocol)
+    elif behaviour == "trickle":
+        receiving = GrpcReceiver() if protocol == "grpc" else OtlpReceiver()
+        with receiving as receiver, CollectorFront(receiver.url, "trickle") as front:
+            result, took = exported_run(llm, config, front.url, protocol)
+            assert front.trickling.is_set()  # it was tried, and met the trickle
     else:
         receiving = GrpcReceiver(behaviour) if protocol == "grpc" else OtlpReceiver(behaviour)  # type: ignore[arg-type]
         with receiving as receiver:

@@ -5,18 +5,21 @@ Nothing is set up, and nothing of the SDK imported, unless an OTLP exporter is c
 `OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER` set to `otlp` (`none` turns a signal off); `OTEL_SDK_DISABLED=true`
 turns both off. The protocol is `OTEL_EXPORTER_OTLP_PROTOCOL` (or the signal's own): `http/protobuf`, the default,
 or `grpc`. The service is `OTEL_SERVICE_NAME`, by default meta-agent. The exporters read their endpoint, headers and
-compression from the same variables themselves.
+compression from the same variables themselves. The export timeout is `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` /
+`_METRICS_TIMEOUT`, else `OTEL_EXPORTER_OTLP_TIMEOUT`, in milliseconds as the specification says (10,000 by
+default), read here and handed to the exporters in seconds: the Python exporters would read those variables as
+seconds.
 
 Spans go out in batches (BatchSpanProcessor) and metrics periodically (PeriodicExportingMetricReader,
-`OTEL_METRIC_EXPORT_INTERVAL`), each from a thread of the SDK: a collector that is down or slow never holds a run
-up. At the end both are flushed and shut down within SHUTDOWN_SECONDS, whatever the collector does; what is still
+`OTEL_METRIC_EXPORT_INTERVAL`), each from a thread of the SDK and within the timeout (records/otel_sdk.py): a
+collector that is down, slow or trickles its answers never holds a run up, and costs each batch the timeout at most.
+At the end both are flushed and shut down within SHUTDOWN_SECONDS, whatever the collector does; what is still
 unsent then is dropped. Without the `otel` extra installed, a configured exporter is one warning, not a failure.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 import threading
@@ -35,7 +38,10 @@ log = structlog.get_logger(__name__)
 SIGNALS = ("traces", "metrics")
 PROTOCOLS = ("http/protobuf", "grpc")
 DEFAULT_SERVICE = "meta-agent"
-EXPORT_TIMEOUT = 5.0  # seconds for one export request, unless OTEL_EXPORTER_OTLP_TIMEOUT (or the signal's) says
+EXPORT_TIMEOUT_MS = 10_000  # for one batch, unless OTEL_EXPORTER_OTLP_TIMEOUT (or the signal's) says: the spec's
+# An hour: a longer timeout for one batch is a mistake of unit, not a wish to wait that long.
+MOST_TIMEOUT_MS = 3_600_000
+SHORT_TIMEOUT_MS = 100  # below, most likely meant in seconds, as meta-agent read it before: a warning
 SHUTDOWN_SECONDS = 2.0  # the most the end of a command waits for the last spans and metrics to go out
 EXTRA = "pip install 'meta-agent[otel]'"
 # The SDK's settings it reads from the environment itself, each a whole number above zero (milliseconds, or spans):
@@ -48,6 +54,7 @@ SDK_WHOLE_NUMBERS = (
     "OTEL_METRIC_EXPORT_INTERVAL",
     "OTEL_METRIC_EXPORT_TIMEOUT",
 )
+_WHOLE = re.compile(r"[0-9]{1,10}")  # ASCII digits only: int() would take "1_000" and other scripts' digits
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}")  # gRPC's endpoint may also be host:port
 
 P = ParamSpec("P")
@@ -108,38 +115,54 @@ def _value(env: Mapping[str, str], signal: str, name: str) -> str:
     )
 
 
-def _timeout(env: Mapping[str, str], signal: str) -> float:
-    """The export timeout in seconds: the variable's value (the specification says milliseconds; the Python SDK
-    reads seconds, as here), else EXPORT_TIMEOUT. `_bad_settings` has checked it."""
-    return float(_value(env, signal, "TIMEOUT") or EXPORT_TIMEOUT)
+def timeouts(env: Mapping[str, str], wanted: Plan) -> dict[str, float]:
+    """The export timeout of each signal of `wanted`, in seconds (as the exporters take it): the signal's
+    `OTEL_EXPORTER_OTLP_{SIGNAL}_TIMEOUT`, else `OTEL_EXPORTER_OTLP_TIMEOUT`, in milliseconds, else
+    EXPORT_TIMEOUT_MS. `_bad_settings` has checked them; one under SHORT_TIMEOUT_MS is a warning."""
+    seconds: dict[str, float] = {}
+    for signal in wanted.protocols:
+        millis = int(_value(env, signal.upper(), "TIMEOUT") or EXPORT_TIMEOUT_MS)
+        if millis < SHORT_TIMEOUT_MS:
+            variable = next(name for name in _timeout_variables(signal) if env.get(name, "").strip())
+            log.warning("otel_timeout_short", variable=variable, milliseconds=millis, unit="milliseconds")
+        seconds[signal] = millis / 1000
+    return seconds
+
+
+def _timeout_variables(signal: str) -> tuple[str, str]:
+    """The variables of a signal's timeout, the one that wins first."""
+    return (f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
 
 
 def _bad_settings(env: Mapping[str, str], wanted: Plan) -> list[str]:
     """The variables of `env` that `wanted` would be set up from and that make no sense, each said in an error
-    line: a timeout that is not a number of seconds above zero, an endpoint that is not a URL, a setting of the
-    SDK's that is not a whole number above zero."""
+    line: a timeout that is not a whole number of milliseconds from 1 to MOST_TIMEOUT_MS, an endpoint that is not
+    a URL, a setting of the SDK's that is not a whole number above zero."""
     bad: dict[str, str] = {}
     for signal, protocol in wanted.protocols.items():
-        for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"):
-            if (value := env.get(name, "").strip()) and not _above_zero(value, float):
-                bad[name] = "a number of seconds above zero"
+        for name in _timeout_variables(signal):
+            if (value := env.get(name, "").strip()) and not _millis(value):
+                bad[name] = f"a whole number of milliseconds from 1 to {MOST_TIMEOUT_MS}"
         for name in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
             if (value := env.get(name, "").strip()) and not _endpoint(value, protocol):
                 bad[name] = "an http:// or https:// URL" + (" or host:port" if protocol == "grpc" else "")
     for name in SDK_WHOLE_NUMBERS:
-        if (value := env.get(name, "").strip()) and not _above_zero(value, int):
+        if (value := env.get(name, "").strip()) and not _above_zero(value):
             bad[name] = "a whole number above zero"
     for name, expected in bad.items():
         log.error("otel_setting_invalid", variable=name, value=env[name][:80], expected=expected, telemetry="off")
     return list(bad)
 
 
-def _above_zero(value: str, kind: Callable[[str], float]) -> bool:
+def _above_zero(value: str) -> bool:
     try:
-        number = kind(value)
+        return int(value) > 0  # as the SDK reads it
     except ValueError:
         return False
-    return math.isfinite(number) and number > 0
+
+
+def _millis(value: str) -> bool:
+    return _WHOLE.fullmatch(value) is not None and 1 <= int(value) <= MOST_TIMEOUT_MS
 
 
 def _endpoint(value: str, protocol: str) -> bool:
@@ -155,12 +178,11 @@ def start(env: Mapping[str, str]) -> Callable[[], None] | None:
     wanted = plan(env)
     if wanted is None or _bad_settings(env, wanted):
         return None
-    timeouts = {signal: _timeout(env, signal.upper()) for signal in wanted.protocols}
     resource = {"service.name": wanted.service, "service.version": __version__}
     try:
         from meta_agent.records import otel_sdk
 
-        providers = otel_sdk.install(wanted.protocols, timeouts, resource)
+        providers = otel_sdk.install(wanted.protocols, timeouts(env, wanted), resource)
     except ImportError as exc:  # the `otel` extra is not installed (or only part of it)
         log.warning("otel_not_installed", configured=",".join(wanted.protocols), missing=exc.name, install=EXTRA)
         return None
