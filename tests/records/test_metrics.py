@@ -234,6 +234,7 @@ def test_a_child_call_bounds_its_names(recorded: dict[str, list[Any]]) -> None:
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1"),
         ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "5s"),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://u:s3cr3t@collector:4318/?key=s3cr3t"),  # named without its key
         ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "-5"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "10"),  # fewer than a batch (512): the SDK refuses it
@@ -259,6 +260,7 @@ def test_a_bad_setting_is_one_line_naming_it(variable: str, value: str) -> None:
     assert "Traceback" not in said
     assert "started: False" in said
     assert [line for line in said.splitlines() if variable in line]
+    assert "s3cr3t" not in said
 
 
 def test_a_label_is_valid_utf8() -> None:
