@@ -14,6 +14,11 @@ import psutil
 import pytest
 import structlog
 from conftest import Changes, everything_entry, everything_over_http, fault_entry, pid_alive, time_entry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+from threaded_web import ThreadedWeb
 
 from meta_agent.children import stderr as stderr_module
 from meta_agent.children.pool import ChildPool
@@ -167,8 +172,12 @@ async def test_a_timeout_cancels_the_call_and_the_child_keeps_working() -> None:
         (ServerEntry(command="no-such-command-anywhere"), "command not found: no-such-command-anywhere"),
         (fault_entry(cwd="/no/such/dir"), "cwd '/no/such/dir' is not a directory"),
         (ServerEntry(url="http://127.0.0.1:9/mcp"), "cannot reach http://127.0.0.1:9/mcp"),
+        (  # named without the key its user info and query hold: the status is logged and shown to hosts
+            ServerEntry(url="http://someone:pw-in-url@127.0.0.1:9/mcp?token=key-in-url#also"),
+            "cannot reach http://127.0.0.1:9/mcp: ",
+        ),
     ],
-    ids=["exits-at-start", "no-command", "bad-cwd", "unreachable-url"],
+    ids=["exits-at-start", "no-command", "bad-cwd", "unreachable-url", "unreachable-url-with-a-key"],
 )
 async def test_a_child_that_cannot_start_says_why(entry: ServerEntry, reason: str) -> None:
     async with ChildPool({"c": entry}, restart=False) as pool:
@@ -176,6 +185,20 @@ async def test_a_child_that_cannot_start_says_why(entry: ServerEntry, reason: st
         status = pool["c"].status
         assert status.state == "failed"
         assert reason in (status.error or "")
+
+
+async def test_an_http_child_that_refuses_is_named_without_its_key() -> None:
+    """An HTTP child that answers 401 is named by its URL, without what its user info and query hold."""
+
+    async def refuse(_request: Request) -> Response:
+        return PlainTextResponse("who are you?", status_code=401)
+
+    app = Starlette(routes=[Route("/mcp", refuse, methods=["GET", "POST", "DELETE"])])
+    with ThreadedWeb(app) as web:
+        entry = ServerEntry(url=f"http://someone:pw-in-url@127.0.0.1:{web.port}/mcp?token=key-in-url")
+        async with ChildPool({"c": entry}, restart=False) as pool:
+            await pool.wait_settled()
+            assert pool["c"].status.error == f"HTTP 401 from {web.url}/mcp (check its headers)"
 
 
 async def test_a_child_that_never_answers_fails_after_the_start_timeout() -> None:

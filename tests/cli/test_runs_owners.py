@@ -1,5 +1,6 @@
 """`meta-agent runs` over a shared database reads as the local user: the runs made off HTTP; `--owner SUBJECT` one
-subject's, `--all` everyone's with their owners. A run of another subject is not told from the index without them."""
+subject's, `--all` everyone's with their owners. A run of another subject is not told from the index without them. A
+list of one subject's runs that is empty, or that left out other callers' runs `--all` shows, says so on stderr."""
 
 from __future__ import annotations
 
@@ -38,19 +39,64 @@ def test_runs_over_the_database_are_the_local_users_unless_an_owner_is_named(
         out, err = capsys.readouterr()
         return code, out.splitlines(), err
 
-    code, out, _ = runs()
+    left_out = "meta-agent: runs: 1 of the 20 newest runs is other callers'; `--all` shows them\n"
+    code, out, err = runs()
     assert code == 0 and out[0].endswith("(local): 1 recent run"), out
     assert [line.split()[0] for line in out[1:]] == [MINE]
-    code, out, _ = runs("--owner", ALICE)
+    assert err == left_out
+    code, out, err = runs("--owner", ALICE)
     assert code == 0 and out[0].endswith(f"({ALICE}): 1 recent run") and out[1].split()[0] == HERS, out
-    code, out, _ = runs("--all")
+    assert err == left_out
+    code, out, err = runs("--all")
     assert code == 0 and out[0].endswith("(every subject): 2 recent runs"), out
+    assert err == ""
     owners = {line.split()[0]: line.rsplit(" ", 1)[1] for line in out[1:]}
     assert owners == {HERS: f"[{ALICE}]", MINE: f"[{LOCAL_OWNER}]"}
     code, out, err = runs("show", HERS)
     assert code != 0 and out == [] and HERS in err, (code, out, err)
     code, out, _ = runs("show", HERS, "--owner", ALICE)
     assert code == 0 and out[1] == "task: her task", out
+
+
+def test_runs_say_when_all_would_show_more(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Said on stderr, where the listing on stdout stays a listing: an empty list always; a list of some runs only
+    when other callers' runs were left out of the newest, which `--all` would show."""
+    monkeypatch.setenv("META_AGENT_DATABASE_URL", database_url)
+    monkeypatch.setenv("META_AGENT_TRACE_DIR", str(tmp_path))
+
+    def runs(*args: str) -> tuple[list[str], str]:
+        assert main(["runs", *args]) == 0
+        out, err = capsys.readouterr()
+        return out.splitlines(), err
+
+    out, err = runs()  # nobody's runs yet
+    assert len(out) == 1 and out[0].endswith("(local): 0 recent runs"), out
+    assert err == "meta-agent: runs: `--all` shows other callers' runs\n"
+    mine = [f"01RUNOFTHELOCALUSER0000{n:03d}" for n in range(20)]
+
+    async def made() -> None:
+        index = RunIndex(PostgresDatabase(database_url), "elsewhere:1:ABCDEF")
+        async with index.running(HERS, "agent", "her task", owner=ALICE):  # the oldest
+            pass
+        for run_id in mine:
+            async with index.running(run_id, "ask", "my task", owner=LOCAL_OWNER):
+                pass
+        index.database.close()
+
+    anyio.run(made)
+    out, err = runs()  # the 20 newest are all mine: --all would show the same
+    assert len(out) == 21 and HERS not in "".join(out) and err == ""
+    out, err = runs("--owner", ALICE)
+    assert [line.split()[0] for line in out[1:]] == [HERS]
+    assert err == "meta-agent: runs: 20 of the 20 newest runs are other callers'; `--all` shows them\n"
+    out, err = runs("--owner", "sub:" + "b" * 32)  # nobody's runs: all 20 newest are others'
+    assert (
+        len(out) == 1 and err == "meta-agent: runs: 20 of the 20 newest runs are other callers'; `--all` shows them\n"
+    )
+    out, err = runs("--all")
+    assert len(out) == 21 and err == ""
 
 
 def _owner_of_a_request(verified: str) -> str:

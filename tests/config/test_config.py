@@ -83,6 +83,11 @@ BAD = [
     ),
     ("tools-bracket", servers(a={"command": "x", "tools": {"deny": ["[ab"]}}), "unbalanced [ ]"),
     ("url-scheme", servers(a={"url": "ftp://h/mcp"}), "mcpServers.a: `url` must start with http:// or https://"),
+    (  # quoted without the user info and query that may be its key
+        "url-scheme-with-a-key",
+        servers(a={"url": "ftp://u:pw@h/mcp?key=k"}),
+        "`url` must start with http:// or https://, got 'ftp://h/mcp'",
+    ),
     (
         "url-with-args",
         servers(a={"url": "http://h/mcp", "args": ["x"]}),
@@ -246,6 +251,11 @@ HOOK = {"url": "https://hooks.example/x"}
 
 BAD_WEBHOOKS = [
     ("url-scheme", webhooks(n={"url": "ftp://hooks.example/x"}), "webhooks.n: `url` must be an http:// or https://"),
+    (
+        "url-scheme-with-a-key",
+        webhooks(n={"url": "ftp://u:pw@hooks.example/x?key=k"}),
+        "URL with a host, got 'ftp://hooks.example/x'",
+    ),
     (
         "url-no-host",
         webhooks(n={"url": "https:///x"}),

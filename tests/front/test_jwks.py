@@ -186,6 +186,22 @@ def test_an_unusable_issuer_url_is_one_line(url: str) -> None:
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://idp.example.com/realms/x?key=s3cr3t",
+        "https://user:s3cr3t@idp.example.com/realms/x",
+        "https://idp.example.com/realms/x#s3cr3t",
+        "http://user:s3cr3t@idp.example.com/realms/x",
+        "ftp://idp.example.com/realms/x?key=s3cr3t",
+    ],
+)
+def test_an_unusable_issuer_url_is_named_without_what_may_be_its_secret(url: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resource_server(Settings(auth_issuer=url), resource_url="http://127.0.0.1:8000/mcp")
+    assert "idp.example.com/realms/x'" in str(raised.value) and "s3cr3t" not in str(raised.value)
+
+
 def test_the_auth_settings() -> None:
     made = resource_server(
         Settings(auth_issuer="https://idp.example.com/realms/t", auth_scopes="mcp:tools, mcp:read  openid"),

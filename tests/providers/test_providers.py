@@ -179,6 +179,16 @@ async def test_an_unreachable_endpoint(aiohttp: bool) -> None:
         await ask_once("openai:m", env, aiohttp=aiohttp)
 
 
+async def test_an_unreachable_endpoint_is_named_without_its_key() -> None:
+    """A gateway's key in OPENAI_BASE_URL's user info or query stays out of the error, which is logged and shown."""
+    port = free_port()
+    env = {"OPENAI_BASE_URL": f"http://gw:s3cr3t@127.0.0.1:{port}/v1?key=s3cr3t", "OPENAI_API_KEY": "k"}
+    with pytest.raises(ProviderUnavailable) as raised:
+        await ask_once("openai:m", env)
+    assert f"cannot connect to http://127.0.0.1:{port}/v1" in str(raised.value)
+    assert "s3cr3t" not in str(raised.value)
+
+
 @TRANSPORTS
 async def test_anthropic_tool_use_thinking_and_request_shape(llm: FakeLLM, aiohttp: bool) -> None:
     llm.reply(

@@ -240,6 +240,7 @@ def test_a_child_call_bounds_its_names(recorded: dict[str, list[Any]]) -> None:
         ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "3600001"),  # over an hour: a mistake of unit
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "99999999999999999999999"),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://u:s3cr3t@collector:4318/?key=s3cr3t"),  # named without its key
         ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "-5"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "10"),  # fewer than a batch (512): the SDK refuses it
@@ -265,6 +266,7 @@ def test_a_bad_setting_is_one_line_naming_it(variable: str, value: str) -> None:
     assert "Traceback" not in said
     assert "started: False" in said
     assert [line for line in said.splitlines() if variable in line]
+    assert "s3cr3t" not in said
 
 
 def test_a_label_is_valid_utf8() -> None:

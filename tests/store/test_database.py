@@ -26,6 +26,7 @@ from meta_agent.config.settings import Settings
 from meta_agent.core.messages import AssistantMessage, UserMessage
 from meta_agent.errors import ConfigError
 from meta_agent.front.server import build_server
+from meta_agent.shared.urls import loggable_url
 from meta_agent.store.conversations import Conversations
 from meta_agent.store.database import (
     MIGRATIONS,
@@ -34,7 +35,6 @@ from meta_agent.store.database import (
     Sql,
     SqliteDatabase,
     check,
-    redacted,
 )
 from meta_agent.store.run_index import RunIndex
 
@@ -113,13 +113,21 @@ def test_replicas_starting_together_migrate_once(database_url: str) -> None:
         db.close()
 
 
-def test_an_unreachable_database_names_its_url_without_the_password(pg_cluster: Cluster) -> None:
+def test_an_unreachable_database_is_named_without_user_info_or_query(pg_cluster: Cluster) -> None:
+    """libpq takes the password in the URL's user info or in its query (`?password=`): the name that errors and log
+    lines give the database holds neither, whichever it was."""
     url = pg_cluster.database("no_such_database")
-    assert "***" in redacted(url) and url.split("//")[1].split("@")[0].split(":")[1] not in redacted(url)
-    db = PostgresDatabase(url)
-    with pytest.raises(db.errors) as failed:
-        db.run(version)
-    assert "no_such_database" in str(failed.value)
+    parts = urlsplit(url)
+    assert parts.password and parts.username
+    in_query = f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"
+    in_query += f"?user={parts.username}&password={parts.password}&connect_timeout=10"
+    for given in (url, in_query):
+        db = PostgresDatabase(given)
+        assert db.label == f"{parts.scheme}://{parts.hostname}:{parts.port}/no_such_database"
+        with pytest.raises(db.errors) as failed:  # the password works: it is the database that is not there
+            db.run(version)
+        assert "no_such_database" in str(failed.value) and parts.password not in str(failed.value)
+        db.close()
 
 
 def test_a_database_a_replica_cannot_reach_is_one_line_without_its_password(pg_cluster: Cluster) -> None:
@@ -128,7 +136,7 @@ def test_a_database_a_replica_cannot_reach_is_one_line_without_its_password(pg_c
     assert password
     with pytest.raises(ConfigError) as refused:
         check(url)
-    assert str(refused.value).startswith(f"META_AGENT_DATABASE_URL: cannot use {redacted(url)}: ")
+    assert str(refused.value).startswith(f"META_AGENT_DATABASE_URL: cannot use {loggable_url(url)}: ")
     assert "no_such_database" in str(refused.value) and password not in str(refused.value)
     assert "\n" not in str(refused.value)
 
@@ -231,7 +239,7 @@ def test_a_replica_refuses_to_start_against_a_newer_schema_in_one_line(database_
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (
-        f"meta-agent: {redacted(database_url)}: the database's schema is version "
+        f"meta-agent: {loggable_url(database_url)}: the database's schema is version "
         f"{len(MIGRATIONS) + 1}, newer than this meta-agent knows ({len(MIGRATIONS)}): upgrade meta-agent, or give it "
         "another database\n"
     )

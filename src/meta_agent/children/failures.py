@@ -2,7 +2,8 @@
 
 A failure reaches the supervisor as an exception from the SDK, a transport or the OS, often wrapped in the exception
 groups of the task groups it crossed. `describe_failure` names it in the child's terms (the command not found, the
-HTTP status, the server exiting during start-up) and adds what the child itself left behind (`Clues`): the
+HTTP status, the server exiting during start-up; an HTTP child by its URL without the query or user info that may hold
+its key) and adds what the child itself left behind (`Clues`): the
 non-protocol output it wrote to stdout, or its last stderr lines.
 """
 
@@ -20,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from meta_agent.config.servers import ServerEntry
 from meta_agent.errors import leaf, summary
 from meta_agent.shared.text import first_line, one_line
+from meta_agent.shared.urls import loggable_url
 from meta_agent.shared.validation import refusal
 
 # Stderr lines kept per child, to explain a failed start.
@@ -70,9 +72,9 @@ def describe_failure(exc: BaseException, entry: ServerEntry, *, ready: bool, clu
         return text if ready else clues.explain_start(f"{text} during start-up")
     if clues.http_status is not None:
         hint = " (check its headers)" if clues.http_status in (401, 403) else ""
-        return f"HTTP {clues.http_status} from {entry.url}{hint}"
+        return f"HTTP {clues.http_status} from {loggable_url(str(entry.url))}{hint}"
     if isinstance(inner, httpx2.TransportError):
-        return f"cannot reach {entry.url}: {describe_exception(inner)}"
+        return f"cannot reach {loggable_url(str(entry.url))}: {describe_exception(inner)}"
     text = describe_exception(inner)
     return text if ready else clues.explain_start(text)
 

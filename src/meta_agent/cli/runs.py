@@ -6,7 +6,9 @@ Runs are their callers' (meta_agent.front.auth.subjects). The command is run by 
 user: over the database it lists, and tells from the index, the local user's runs (those made off HTTP: stdio,
 `meta-agent run`, and rows from before runs had owners); `--owner SUBJECT` another subject's, `--all` everyone's,
 each with its owner: whoever can connect to the database can read every row anyway, so these say outright what
-psql would. The trace files of this machine are the local user's files: read whoever's runs they hold.
+psql would. A list of one subject's runs that is empty, or that left out other callers' runs `--all` would show,
+says so on stderr, with `--all`. The trace files of this machine are the local user's files: read whoever's runs
+they hold.
 
 It starts no children: imported only by that command, it leaves the MCP SDK and the run records' models out of
 every other command's start.
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from meta_agent.store.run_index import RunIndex, RunState
 
 SHOWN = 300  # characters of a tool result or an answer shown in `runs show`
+LISTED = 20  # runs in the `runs` listing of the run index
 TASK_SHOWN = 60  # characters of a run's task in the `runs` listing
 RUNS_NAMED = 3  # unreadable trace files named in `runs`; the count says how many more
 
@@ -74,9 +77,10 @@ def show_runs(args: argparse.Namespace) -> int:
                 note(f"runs show: {plural(trace.skipped, 'unreadable record')} skipped in {args.run_id}.jsonl")
             return 0
         owners: list[str] = []
+        left_out: int | None = None  # other callers' runs among the newest; None: nobody's were left out
         if settings.database_url:
             whose = _owner(args, issuer)
-            where, listing, owners = _index_listing(settings.database_url, whose)
+            where, listing, owners, left_out = _index_listing(settings.database_url, whose)
             where += f" ({whose or 'every subject'})"
         else:
             where, listing = str(directory), recent(directory)
@@ -95,7 +99,17 @@ def show_runs(args: argparse.Namespace) -> int:
         print(printable(line))  # a trace's text cannot reach the terminal as control characters
     if listing.skipped_files or listing.skipped_records:
         note(f"runs: {_skipped(listing)}")
+    if left_out is not None and (left_out or not listing.runs):
+        note(f"runs: {_others(left_out)}")
     return 0
+
+
+def _others(left_out: int) -> str:
+    """What `--all` would show beside the runs listed: the `left_out` runs of other callers among the newest."""
+    if not left_out:
+        return "`--all` shows other callers' runs"
+    are = "is" if left_out == 1 else "are"
+    return f"{left_out} of the {LISTED} newest runs {are} other callers'; `--all` shows them"
 
 
 def _skipped(listing: Listing) -> str:
@@ -120,17 +134,22 @@ def _owner(args: argparse.Namespace, issuer: str) -> str | None:
     return stored_subject(named, issuer) if named else LOCAL_OWNER
 
 
-def _index_listing(url: str, owner: str | None, limit: int = 20) -> tuple[str, Listing, list[str]]:
-    """`owner`'s newest runs (None: anyone's) of every replica, from the run index of the database at `url`; and
-    each one's owner.
+def _index_listing(url: str, owner: str | None) -> tuple[str, Listing, list[str], int | None]:
+    """`owner`'s newest runs (None: anyone's) of every replica, from the run index of the database at `url`; each
+    one's owner; and how many runs of other callers the newest of anyone's hold (None for anyone's).
 
     Raises:
         ConfigError: the database cannot be read.
     """
 
+    async def read(index: RunIndex) -> tuple[list[RunState], int | None]:
+        states = await index.recent(LISTED, owner=owner)
+        return states, None if owner is None else await index.others_among_newest(LISTED, owner=owner)
+
     with _index(url) as index:
-        states = anyio.run(partial(index.recent, limit, owner=owner))
-    return index.database.label, Listing(runs=[_summary(state) for state in states]), [s.owner for s in states]
+        states, left_out = anyio.run(read, index)
+    listing = Listing(runs=[_summary(state) for state in states])
+    return index.database.label, listing, [s.owner for s in states], left_out
 
 
 def _indexed(url: str, run_id: str, owner: str | None) -> RunState | None:

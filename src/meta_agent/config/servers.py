@@ -21,6 +21,7 @@ from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tools import WEBHOOKS
 from meta_agent.errors import ConfigError
 from meta_agent.shared.text import first_line, one_line
+from meta_agent.shared.urls import loggable_url
 from meta_agent.shared.validation import json_kind, json_path, refusal
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -150,7 +151,7 @@ class ServerEntry(_Strict):
             if self.args or self.env or self.cwd is not None:
                 raise ValueError("`args`, `env` and `cwd` are for stdio servers; this one has `url`")
             if not re.match(r"https?://", self.url):
-                raise ValueError(f"`url` must start with http:// or https://, got {self.url!r}")
+                raise ValueError(f"`url` must start with http:// or https://, got {loggable_url(self.url)!r}")
         if self.command is not None:
             if self.type not in (None, "stdio"):
                 raise ValueError(f'has `command` but `"type": "{self.type}"`')
@@ -214,7 +215,7 @@ class WebhookEntry(_Strict):
             return self
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in self.url):
-            raise ValueError(f"`url` must be an http:// or https:// URL with a host, got {self.url!r}")
+            raise ValueError(f"`url` must be an http:// or https:// URL with a host, got {loggable_url(self.url)!r}")
         try:
             parts.port  # noqa: B018 (reading it checks it)
         except ValueError as exc:

@@ -16,6 +16,7 @@ from meta_agent.errors import (
     ProviderUnavailable,
 )
 from meta_agent.shared.text import one_line
+from meta_agent.shared.urls import loggable_url
 from meta_agent.shared.validation import JSON_KINDS, json_kind
 
 # What the SDK raises reading a body that is not JSON: not JSON, not UTF-8, or nested deeper than Python's reader goes.
@@ -63,6 +64,7 @@ def provider_error(exc: Exception, sdk: object, *, name: str, key_variable: str,
     """
     status = getattr(exc, "status_code", None)
     detail = one_line(_error_text(exc), DETAIL_SHOWN)
+    base_url = loggable_url(base_url)  # a gateway's key may ride in its query or user info
     if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):  # type: ignore[attr-defined]
         return ProviderAuthError(
             f"{name}: the API key was refused (HTTP {status}); check {key_variable}: {detail}",

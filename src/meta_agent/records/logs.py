@@ -8,10 +8,11 @@ is one `error=...` field; at debug its traceback is the `exception` field (`trac
 its own. A repeated line is written at most once a second per kind, with the count of those held back, and a line a
 child can make us write at will at most `SOURCE_BUDGET` times a second per child (log_repeats).
 Values hidden with `hide` (a webhook's URL path and query, its header values) are `[redacted]` in every line, the
-libraries' own included. Lines logged during a run carry its `run_id`; each line names the module
-that logged it (`logger`), as every module of the package logs under its own `__name__`. Our own lines (not the
-libraries') are also handed to every log tap (`add_log_tap`), whatever the level on stderr: that is how an MCP host gets
-them (meta_agent.front.host_logs).
+libraries' own included, and every URL in a line's strings is cut to its scheme, host, port and path (`urls_cut`: a
+query, user info or fragment may hold a token), in the lines handed to the taps too. Lines logged during a run carry
+its `run_id`; each line names the module that logged it (`logger`), as every module of the package logs under its own
+`__name__`. Our own lines (not the libraries') are also handed to every log tap (`add_log_tap`), whatever the level on
+stderr: that is how an MCP host gets them (meta_agent.front.host_logs).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import structlog
 
 from meta_agent.errors import summary
 from meta_agent.records.log_repeats import REPEATED, SOURCE_BUDGET, Repeats, kind_of, source_of
+from meta_agent.shared.urls import loggable_urls
 
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 LogTap = Callable[[Mapping[str, Any]], None]
@@ -59,6 +61,27 @@ def forward_to_taps(_logger: Any, _name: str, event: MutableMapping[str, Any]) -
     for tap in list(_taps):
         tap(event)
     return event
+
+
+def urls_cut(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """The structlog processor that makes every URL in the line's strings (inside lists and dicts too, and the
+    traceback of `exception`) a `loggable_url`: whoever logs a URL, a library or we, its query, user info and
+    fragment are never written."""
+    for key, value in event.items():
+        event[key] = _urls_cut_in(value)
+    return event
+
+
+def _urls_cut_in(value: Any) -> Any:
+    if isinstance(value, str):
+        return loggable_urls(value)
+    if isinstance(value, list):
+        return [_urls_cut_in(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_urls_cut_in(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _urls_cut_in(item) for key, item in value.items()}
+    return value
 
 
 def hide(values: Iterable[str]) -> None:
@@ -111,6 +134,7 @@ def configure_logging(level: str = "info", *, stream: TextIO | None = None, json
             _repeated,
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             *([structlog.processors.format_exc_info] if debug else []),
+            urls_cut,
             *([] if json else [_on_one_line]),
             renderer,
         ],
@@ -126,6 +150,7 @@ def configure_logging(level: str = "info", *, stream: TextIO | None = None, json
         processors=[
             handler.drop_held_back,
             *shared,
+            urls_cut,
             forward_to_taps,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
@@ -195,7 +220,7 @@ class _LineHandler(logging.StreamHandler):  # type: ignore[type-arg]  # generic 
         multi-line report; a stream that cannot be written to (a closed pipe) is let be."""
         error = sys.exc_info()[1]
         why = summary(error) if error is not None else "unknown"
-        said = str(record.msg)[:UNWRITABLE_SHOWN]
+        said = loggable_urls(str(record.msg)[:UNWRITABLE_SHOWN])
         line = {"event": "log_line_unwritable", "level": "error", "logger": record.name, "message": said, "error": why}
         try:
             self.stream.write(redacted(dumps(line)) + "\n")

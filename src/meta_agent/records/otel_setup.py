@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import anyio
 import structlog
 
+from meta_agent.shared.urls import loggable_url
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
@@ -150,7 +151,8 @@ def _bad_settings(env: Mapping[str, str], wanted: Plan) -> list[str]:
         if (value := env.get(name, "").strip()) and not _above_zero(value):
             bad[name] = "a whole number above zero"
     for name, expected in bad.items():
-        log.error("otel_setting_invalid", variable=name, value=env[name][:80], expected=expected, telemetry="off")
+        shown = loggable_url(env[name])[:80]  # an endpoint's query or user info may hold the collector's key
+        log.error("otel_setting_invalid", variable=name, value=shown, expected=expected, telemetry="off")
     return list(bad)
 
 

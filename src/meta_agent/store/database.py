@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from meta_agent.errors import ConfigError
 from meta_agent.shared.text import first_line
+from meta_agent.shared.urls import loggable_url
 
 T = TypeVar("T")
 # An arbitrary key for PostgreSQL's advisory lock that serialises migrations across replicas.
@@ -190,7 +190,7 @@ class Database:
     errors: tuple[type[Exception], ...]  # what a failing database raises
 
     def __init__(self, label: str, *, postgres: bool) -> None:
-        self.label = label  # names the database in errors: its path, or its URL without the password
+        self.label = label  # names the database in errors: its path, or its URL without user info or query
         self.postgres = postgres
         self.contact = Contact()
         self._connection: Any = None
@@ -299,7 +299,7 @@ class SqliteDatabase(Database):
 
 class PostgresDatabase(Database):
     def __init__(self, url: str) -> None:
-        super().__init__(redacted(url), postgres=True)
+        super().__init__(loggable_url(url), postgres=True)
         import psycopg  # on first use: only a PostgreSQL store needs it
 
         self.errors = (psycopg.Error, OSError)
@@ -322,15 +322,6 @@ class PostgresDatabase(Database):
 def now() -> str:
     """UTC now, as the rows' time columns hold it (SQLite's datetime('now') format, which older stores hold)."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-
-
-def redacted(url: str) -> str:
-    """`url` without its password, to name it in errors and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def open_database(url: str | None, path: Path) -> Database:

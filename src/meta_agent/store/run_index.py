@@ -183,6 +183,16 @@ class RunIndex:
         rows = await anyio.to_thread.run_sync(self.database.run, _recent, limit, owner)
         return [state(str(row[0]), row[1:]) for row in rows]
 
+    async def others_among_newest(self, limit: int = 20, *, owner: str) -> int:
+        """How many of the newest `limit` runs of anyone's are not `owner`'s: those `recent(limit, owner=None)` lists
+        and `recent(limit, owner=owner)` leaves out. As cheap as that listing: it reads the same rows.
+
+        Raises:
+            self.database.errors: the database cannot be reached.
+        """
+        row = await anyio.to_thread.run_sync(self.database.run, _others_among_newest, limit, owner)
+        return int(row[0]) if row else 0
+
     async def _renew(self, run_id: str) -> None:
         """Renew the run's mark every third of its span; one that failed, every RETRY_SECONDS until one goes through
         (said once when it fails, once when it is renewed again)."""
@@ -312,6 +322,11 @@ def _by_call(sql: Sql, call_key: str, owner: str) -> list[tuple[Any, ...]]:
 def _recent(sql: Sql, limit: int, owner: str | None) -> list[tuple[Any, ...]]:
     mine, args = ("", (limit,)) if owner is None else (" where owner = ?", (owner, limit))
     return sql.all(f"select id, {columns(sql)} from runs{mine} order by started desc, id desc limit ?", args)
+
+
+def _others_among_newest(sql: Sql, limit: int, owner: str) -> tuple[Any, ...] | None:
+    newest = "select owner from runs order by started desc, id desc limit ?"
+    return sql.one(f"select count(*) from ({newest}) as newest where owner <> ?", (limit, owner))
 
 
 def state(run_id: str, row: tuple[Any, ...]) -> RunState:

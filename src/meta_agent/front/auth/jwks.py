@@ -24,6 +24,8 @@ import anyio
 import httpx2
 import structlog
 
+from meta_agent.shared.urls import loggable_url
+
 log = structlog.get_logger(__name__)
 
 FETCH_TIME_LIMIT = 5.0  # seconds for one whole document: a request waiting on a slow server waits no longer
@@ -44,20 +46,22 @@ def checked_url(url: str, what: str) -> str:
     fragment, query or user info (RFC 8414, section 2).
 
     Raises:
-        ValueError: what is wrong with it, in one line (`what` names the URL).
+        ValueError: what is wrong with it, in one line (`what` names the URL, which is quoted without what a
+            query or user info may hide).
     """
+    shown = loggable_url(url)
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
         parts.port  # noqa: B018  (a bad port raises here)
     except ValueError:
-        raise ValueError(f"{what} {url!r} is not a URL") from None
+        raise ValueError(f"{what} {shown!r} is not a URL") from None
     if parts.scheme not in ("https", "http") or not host:
-        raise ValueError(f"{what} {url!r} is not an https URL")
+        raise ValueError(f"{what} {shown!r} is not an https URL")
     if parts.scheme == "http" and not _loopback(host):
-        raise ValueError(f"{what} {url!r} must be https (plain http is allowed to this machine only)")
+        raise ValueError(f"{what} {shown!r} must be https (plain http is allowed to this machine only)")
     if parts.query or parts.fragment or "#" in url or parts.username is not None:
-        raise ValueError(f"{what} {url!r} must have no query, fragment or user info")
+        raise ValueError(f"{what} {shown!r} must have no query, fragment or user info (it has, not quoted here)")
     return url
 
 
@@ -91,6 +95,7 @@ async def fetch_json(url: str) -> dict[str, Any]:
     Raises:
         KeySetUnavailable: no answer in time, an answer other than 200, too long, or not a JSON object.
     """
+    shown = loggable_url(url)
     try:
         with anyio.fail_after(FETCH_TIME_LIMIT):
             async with (
@@ -98,18 +103,18 @@ async def fetch_json(url: str) -> dict[str, Any]:
                 http.stream("GET", url, headers={"Accept": "application/json"}) as response,
             ):
                 if response.status_code != 200:
-                    raise KeySetUnavailable(f"{url} answered HTTP {response.status_code}")
+                    raise KeySetUnavailable(f"{shown} answered HTTP {response.status_code}")
                 body = await bounded_body(response, url)
     except TimeoutError:
-        raise KeySetUnavailable(f"{url} did not answer within {FETCH_TIME_LIMIT:g} s") from None
+        raise KeySetUnavailable(f"{shown} did not answer within {FETCH_TIME_LIMIT:g} s") from None
     except (httpx2.HTTPError, httpx2.InvalidURL, httpx2.StreamError) as exc:
-        raise KeySetUnavailable(f"{url}: {type(exc).__name__}: {exc}") from None
+        raise KeySetUnavailable(f"{shown}: {type(exc).__name__}: {exc}") from None
     try:
         document = json.loads(body)
     except (ValueError, RecursionError):
-        raise KeySetUnavailable(f"{url} did not answer JSON") from None
+        raise KeySetUnavailable(f"{shown} did not answer JSON") from None
     if not isinstance(document, dict):
-        raise KeySetUnavailable(f"{url} did not answer a JSON object")
+        raise KeySetUnavailable(f"{shown} did not answer a JSON object")
     return document
 
 
@@ -119,7 +124,7 @@ async def bounded_body(response: httpx2.Response, url: str) -> bytes:
     Raises:
         KeySetUnavailable: it is longer.
     """
-    too_long = KeySetUnavailable(f"{url} answered more than {MAX_DOCUMENT_BYTES:,} bytes")
+    too_long = KeySetUnavailable(f"{loggable_url(url)} answered more than {MAX_DOCUMENT_BYTES:,} bytes")
     announced = response.headers.get("content-length", "")
     if announced.isdigit() and int(announced) > MAX_DOCUMENT_BYTES:
         raise too_long

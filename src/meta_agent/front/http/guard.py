@@ -19,6 +19,8 @@ import structlog
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from meta_agent.shared.urls import loggable_url
+
 log = structlog.get_logger(__name__)
 
 # A DNS name or IPv4 address (lowercase labels, no empty one, no trailing dot) or a bracketed IPv6 address, then
@@ -97,7 +99,7 @@ class HostGuard:
         if bad == b"host":
             log.warning("http_host_refused", host=values)
             return _error("Host header not allowed (see --allowed-host)", BAD_HOST)
-        log.warning("http_origin_refused", origin=values)
+        log.warning("http_origin_refused", origin=[loggable_url(value) for value in values])
         return _error("Origin header not allowed (see --allowed-host)", BAD_ORIGIN)
 
     def _bad_header(self, scope: Scope) -> bytes | None:

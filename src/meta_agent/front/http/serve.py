@@ -8,10 +8,15 @@ stop and waits, shielded, until it has: requests in flight are given `STOP_GRACE
 
 The listening sockets and uvicorn's HTTP protocol come bounded from `front.http.limits`: connections under a cap below
 the process's file limit, each request given a time to arrive whole, the accept loop resting when out of descriptors.
+
+uvicorn's access log names each request by its path only (`_PathOnly`): a query is the client's to fill, and may hold
+what must not be written down (`?access_token=` from a client that should have sent a header, the console's one-time
+sign-in code, the OAuth callback's code and state).
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,10 +26,25 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from meta_agent.front.http.limits import Admission, bounded_h11, listener
+from meta_agent.shared.urls import loggable_url
 
 # Requests still running when a stop begins get this long to finish before they are cancelled: an open SSE stream (a
 # 2025-11-25 caller's GET) or a long run would otherwise hold the stop, and the children's with it, forever.
 STOP_GRACE = 2  # whole seconds: uvicorn takes an int
+
+
+class _PathOnly(logging.Filter):
+    """uvicorn's access lines with each argument a `loggable_url`: the request target (`/mcp?access_token=x`) cut to
+    its path. Every string argument is cut, not the target's position in uvicorn's format: the client's address and
+    the HTTP version hold neither `?` nor `#` and come out as they were."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(loggable_url(arg) if isinstance(arg, str) else arg for arg in record.args)
+        return True
+
+
+_PATH_ONLY = _PathOnly()  # one filter, added once however many servers a process starts
 
 
 class StartupFailed(Exception):
@@ -46,6 +66,7 @@ async def serve_http(app: ASGIApp, sockets: list[socket.socket]) -> None:
     Raises:
         StartupFailed: the app's lifespan failed to start.
     """
+    logging.getLogger("uvicorn.access").addFilter(_PATH_ONLY)
     admission = Admission()
     sockets = [listener(sock, admission) for sock in sockets]
     # uvicorn's own limit_concurrency is not set: it answers 503 only to a request that has arrived whole, which a
