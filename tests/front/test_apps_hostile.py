@@ -195,7 +195,7 @@ async def test_what_views_kept_of_runs_ended_long_ago_is_forgotten(llm: FakeLLM,
         run_id = (await client.call_tool("ask", {"prompt": "hi"})).structured_content["run_id"]  # type: ignore[index]
         kept = await app(client, "app_run", run_id=run_id)
         assert server.engine is not None
-        assert await server.engine.runs.forget_views(1) == 0  # ended just now: kept
-        assert await server.engine.runs.forget_views(-1) == len(kept["events"])  # "ended before tomorrow": all
+        assert await server.engine.runs.forget_ended(1) == (0, 0)  # ended just now: kept
+        assert await server.engine.runs.forget_ended(-1) == (len(kept["events"]), 0)  # "ended before tomorrow": all
         forgotten = await app(client, "app_run", run_id=run_id)
     assert kept["events"] and forgotten["events"] == [] and forgotten["run"]["status"] == "done"

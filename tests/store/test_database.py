@@ -23,7 +23,8 @@ from replicas import fault_config, read_run, replica_environ
 
 from meta_agent.config.servers import ServerEntry
 from meta_agent.config.settings import Settings
-from meta_agent.core.messages import AssistantMessage, UserMessage
+from meta_agent.core.messages import AssistantMessage, ImagePart, UserMessage
+from meta_agent.core.result import RunResult, RunUsage
 from meta_agent.errors import ConfigError
 from meta_agent.front.server import build_server
 from meta_agent.shared.urls import loggable_url
@@ -261,22 +262,31 @@ async def test_a_cancelled_run_is_done_saying_so(tmp_path: Path, llm: FakeLLM) -
     assert run["status"] == "done" and run["error"] == "cancelled" and run["result"] is None
 
 
+def finished_with(answer: str, image: str) -> RunResult:
+    """A run's result with `answer` and one image whose base64 is `image`."""
+    usage = RunUsage(model_calls=1, tool_calls=0, input_tokens=1, output_tokens=1)
+    images = (ImagePart(data=image, mime_type="image/png"),)
+    return RunResult(answer=answer, stop_reason="final", run_id="r1", steps=(), usage=usage, images=images)
+
+
 async def test_a_replica_that_lost_a_run_cannot_end_it_under_the_replica_running_it_now(tmp_path: Path) -> None:
     """A replica that stalled past its run's mark while another took the run over (and resumed it): its late end of
     the run, a result or a failure, is not written over the run as the other runs it. A run given up is, whoever
     ran it."""
     database = SqliteDatabase(tmp_path / "runs.sqlite3")
     stalled, taker = RunIndex(database, "stalled"), RunIndex(database, "taker")
+    stale, fresh = finished_with("stale", "c3RhbGU="), finished_with("fresh", "ZnJlc2g=")
     with pytest.raises(RuntimeError, match="late"):
         async with stalled.running("r1", "agent", "t"):
             async with taker.running("r1", "agent", "t"):  # took it over
-                await stalled.finished("r1", {"answer": "stale"})
-                state = await taker.read("r1")
-                assert state is not None and (state.status, state.replica) == ("running", "taker")
-                await taker.finished("r1", {"answer": "fresh"})
+                await stalled.finished("r1", stale)
+                state = await taker.read("r1", images=True)
+                assert state is not None and (state.status, state.replica, state.images) == ("running", "taker", ())
+                await taker.finished("r1", fresh)
             raise RuntimeError("the stalled replica's run fails late")
-    state = await taker.read("r1")
-    assert state is not None and (state.status, state.result, state.error) == ("done", {"answer": "fresh"}, None)
+    state = await taker.read("r1", images=True)
+    assert state is not None and (state.status, state.result, state.error) == ("done", fresh.to_json(), None)
+    assert state.images == fresh.images  # its result's images are the run's, not the stalled replica's
     async with taker.running("r2", "agent", "t"):
         await stalled.given_up("r2", "not resumed")
     state = await taker.read("r2")

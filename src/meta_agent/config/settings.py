@@ -76,7 +76,11 @@ class Settings(BaseSettings):
         " else `~/.local/state/meta-agent/traces`.",
     )
     trace_max_age_days: float = Field(
-        default=14.0, gt=0, description="Traces older than this many days are pruned at start, except live ones."
+        default=14.0,
+        gt=0,
+        description="Traces older than this many days are pruned at start, except live ones; so are, by `serve`, what"
+        " the views and the results of runs that ended that long ago keep in the database (their events, their"
+        " images).",
     )
     conversations_db: Path | None = Field(
         default=None,

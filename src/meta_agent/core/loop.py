@@ -375,7 +375,8 @@ class _Run:
             run_id=self.request.run_id,
             steps=tuple(self.steps),
             usage=self._metrics(),
-            images=tuple(self.tool_steps.images),
+            images=tuple(self.tool_steps.images.kept),
+            images_left_out=self.tool_steps.images.left_out,
             transcript=tuple(self.transcript),
             unavailable_servers=self.request.unavailable_servers,
         )

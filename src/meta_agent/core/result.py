@@ -133,6 +133,7 @@ class RunResult:
     steps: tuple[StepRecord, ...]
     usage: RunUsage
     images: Hidden[tuple[ImagePart, ...]] = ()  # images internal tools made during the run, for the host's content
+    images_left_out: Hidden[int] = 0  # images they made that `images` leaves out (core/result_images.py)
     transcript: Hidden[tuple[Message, ...]] = field(default=(), repr=False)  # the whole conversation so far
 
     def to_json(self) -> dict[str, Any]:

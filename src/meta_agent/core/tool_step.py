@@ -21,6 +21,7 @@ from meta_agent.core.limits import clock, ms_since
 from meta_agent.core.messages import TOO_LARGE, ImagePart, Message, TextPart, ToolCall, ToolResult
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind, Mode, StepRecord, ToolCallRecord
+from meta_agent.core.result_images import ResultImages
 from meta_agent.core.tool_call import Approver, ArgumentCheck
 from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.errors import ChildTimeout, MetaAgentError
@@ -61,7 +62,8 @@ class _ServerQueueSlot:
 
 class ToolStepRunner:
     """Runs the tool calls of each step of one run; what the calls share (tools, mode, approver, limits) is fixed
-    for the run. Images that internal tools made (image_gen) gather in `images`, for the host.
+    for the run. Images that internal tools made (image_gen) gather in `images`, for the host, within the bounds of a
+    result (meta_agent.core.result_images).
 
     Every image a tool result brings into the run gets a reference, `image-1`, `image-2`... counted on from those of
     the conversation's `history`, which the model sees next to it and can give an internal tool (describe_image) to
@@ -100,7 +102,7 @@ class ToolStepRunner:
         self.model = model
         self.max_result_chars = max_result_chars
         self.max_calls_per_step = max_calls_per_step
-        self.images: list[ImagePart] = []
+        self.images = ResultImages()
         self.run_images, self._images_named = tool_call.earlier_images(history)
         self.run_results: dict[str, str] = {}
         self._answered_after: dict[str, float] = {}  # by call id: seconds the call waited for the user's answer
@@ -213,7 +215,9 @@ class ToolStepRunner:
                 log.exception("tool_call_failed", tool=name, run_id=self.run_id)
                 full = tool_call.error(f"{name} could not be run: {type(exc).__name__}: {exc}")
         if spec is not None and spec.internal:  # images an internal tool made (image_gen) go to the host
-            self.images.extend(part for part in full.parts if isinstance(part, ImagePart))
+            for part in full.parts:
+                if isinstance(part, ImagePart):
+                    await self.images.add(part)
         # the call's time is the tool's: the user's answer is no part of it (a question may wait for minutes)
         return full, max(0, ms_since(started) - round(self._answered_after.pop(call.id, 0.0) * 1000))
 

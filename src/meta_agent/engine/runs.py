@@ -40,6 +40,7 @@ from meta_agent.records.telemetry import Spans, current_trace_context, parent_co
 from meta_agent.records.traces import Redactor, TraceWriter
 from meta_agent.shared.ids import random_id
 from meta_agent.shared.text import one_line
+from meta_agent.store import result_images
 from meta_agent.store.conversations import Conversations, Turn
 from meta_agent.store.database import LOCAL_OWNER, Database, Sql
 from meta_agent.store.parking import SharedRounds
@@ -219,7 +220,7 @@ class Runs:
                 request, caller.emit, spans, provider=provider, fallbacks=fallbacks, tools=runner, approver=approver
             )
             result = await self._remember(result, turn, steps, moved_on=moved_on)
-            await self.index.finished(request.run_id, result.to_json())
+            await self.index.finished(request.run_id, result)
             usage = result.usage
             log.info(
                 "run_finished",
@@ -282,18 +283,19 @@ class Runs:
             error = f"this turn cannot be stored as JSON ({type(exc).__name__}: {exc}); it was not saved"
         return 0, one_line(error)  # whatever the error said
 
-    async def forget_views(self, older_than_days: float) -> int:
+    async def forget_ended(self, older_than_days: float) -> tuple[int, int]:
         """Drop what the views kept of the runs that ended more than `older_than_days` ago (their events and
-        questions), as their traces are dropped: how many runs'. The database failing is logged, never raised."""
+        questions), and the images of their results, as their traces are dropped: how many events and images. The
+        database failing is logged, never raised."""
         cutoff = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - older_than_days * 86400))
         try:
-            forgotten = await anyio.to_thread.run_sync(self.database.run, _forget_views, cutoff)
+            events, images = await anyio.to_thread.run_sync(self.database.run, _forget_ended, cutoff)
         except self.database.errors as exc:
             log.warning("views_not_pruned", error=one_line(str(exc), 300), database=self.database.label)
-            return 0
-        if forgotten:
-            log.info("views_pruned", events=forgotten, older_than_days=older_than_days)
-        return forgotten
+            return 0, 0
+        if events or images:
+            log.info("views_pruned", events=events, images=images, older_than_days=older_than_days)
+        return events, images
 
     async def _chosen(self, owner: str) -> Preferences:
         """What `owner` chose in the tool selector, for its run; where that cannot be read, that it cannot (the run
@@ -338,9 +340,10 @@ class Runs:
         if self.durable is not None:
             self.durable.cancel(run_id)
 
-    async def read(self, run_id: str, owner: str) -> RunState | None:
-        """How `owner`'s run `run_id` is, from the run index any replica writes (None: `owner` has no such run)."""
-        return await self.index.read(run_id, owner=owner)
+    async def read(self, run_id: str, owner: str, *, images: bool = False) -> RunState | None:
+        """How `owner`'s run `run_id` is, from the run index any replica writes, with its result's images where
+        `images` asks (None: `owner` has no such run)."""
+        return await self.index.read(run_id, owner=owner, images=images)
 
     def in_touch(self) -> bool:
         """Whether durable runs can go on: no durable runs, or the database answered lately."""
@@ -386,10 +389,11 @@ class Runs:
             yield shared
 
 
-def _forget_views(sql: Sql, cutoff: str) -> int:
+def _forget_ended(sql: Sql, cutoff: str) -> tuple[int, int]:
     ended = "select id from runs where status = 'done' and updated < ?"
     sql.execute(f"delete from app_questions where run_id in ({ended})", (cutoff,))
-    return sql.execute(f"delete from run_events where run_id in ({ended})", (cutoff,))
+    events = sql.execute(f"delete from run_events where run_id in ({ended})", (cutoff,))
+    return events, result_images.forget(sql, ended, (cutoff,))
 
 
 def _same(value: Any) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, nullcontext
 from functools import partial
 from pathlib import Path
@@ -22,18 +22,19 @@ import mcp.types as t
 import structlog
 from mcp.server import MCPServer
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from pydantic import AfterValidator, Field, ValidationError, WithJsonSchema
+from pydantic import AfterValidator, AnyUrl, Field, ValidationError, WithJsonSchema
 
 from meta_agent.config.servers import DEFAULT_START_TIMEOUT, ServerEntry
 from meta_agent.config.settings import Settings
 from meta_agent.core.provider import Provider
 from meta_agent.engine import Engine
 from meta_agent.errors import MetaAgentError
-from meta_agent.front import trace_context
+from meta_agent.front import run_resource, trace_context
 from meta_agent.front.approvals.asking import ParkedRuns, SessionAllowances, is_modern
 from meta_agent.front.approvals.parked import SharedKey
 from meta_agent.front.apps.listing import RUN_VIEW, UI_TOOLS, apps_for_ui_hosts, shows_apps
@@ -61,7 +62,6 @@ from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
 TOOLBOX_URI = "meta-agent://toolbox"
-RUNS_URI = "meta-agent://runs/{run_id}"
 INSTRUCTIONS = (
     "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
     "numbered plan using read-only tools only; `ask` is one model turn; `image_gen`, where listed, makes images. Long"
@@ -135,8 +135,9 @@ class MetaAgentServer(MCPServer[Front]):
         async with engine, self._shared_rounds(engine) as shared, anyio.create_task_group() as background:
             self.engine = engine
             background.start_soon(self.subscribers.deliver)
-            # what the views kept of runs ended long ago goes as their traces do: in the background, not before serving
-            background.start_soon(engine.runs.forget_views, engine.settings.trace_max_age_days)
+            # what the views and results kept of runs ended long ago goes as their traces do: in the background, not
+            # before serving
+            background.start_soon(engine.runs.forget_ended, engine.settings.trace_max_age_days)
             try:
                 settings = engine.settings
                 parked = ParkedRuns(background, shared, max_parked=settings.max_parked)
@@ -172,6 +173,21 @@ class MetaAgentServer(MCPServer[Front]):
             if shared is not None:  # a task cancelled through another replica may be a run resumed here
                 shared.cancel_elsewhere = engine.runs.cancel_resumed
             yield shared
+
+    async def list_resource_templates(self) -> list[t.ResourceTemplate]:
+        return [*await super().list_resource_templates(), run_resource.TEMPLATE]
+
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context[Any, Any] | None = None
+    ) -> Iterable[ReadResourceContents] | t.InputRequiredResult:
+        """A resource; meta-agent://runs/{run_id} is read here, as more than one content
+        (meta_agent.front.run_resource)."""
+        if (run_id := run_resource.run_id_in(str(uri))) is None:
+            return await super().read_resource(uri, context)
+        if self.engine is None:  # only a session reads resources, and sessions run inside the lifespan
+            raise ResourceError("meta-agent is not running")
+        request = context.request_context.request if context is not None else None
+        return await run_resource.run_contents(self.engine.runs, run_id, subject_of(request, LOCAL_OWNER))
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -294,7 +310,6 @@ def build_server(
     if any(tool.name == "image_gen" for tool in internal_tools(settings, environ)[0]):
         _add_image_gen(server)
     _add_toolbox_resource(server)
-    _add_runs_resource(server)
     # Our log lines to the hosts that ask (`logging`), redacted as the engine's traces are.
     HostLogs(redact).install(server)
     return server
@@ -406,19 +421,3 @@ def _add_toolbox_resource(server: MetaAgentServer) -> None:
         if server.engine is None:  # only a session reads resources, and sessions run inside the lifespan
             raise ResourceError("meta-agent is not running")
         return json.dumps(server.engine.toolbox.describe(), indent=2)
-
-
-def _add_runs_resource(server: MetaAgentServer) -> None:
-    """The resource template meta-agent://runs/{run_id}: how a run is, from the run index any replica reads."""
-
-    @server.resource(RUNS_URI, name="run", mime_type="application/json")
-    async def run_state(run_id: str, ctx: Context) -> str:
-        """A run's status (running, interrupted: its replica stopped mid-run, done) and, when done, its structured
-        result (or why it has none). Only the caller's own runs: another's is unknown."""
-        if server.engine is None:
-            raise ResourceError("meta-agent is not running")
-        owner = subject_of(ctx.request_context.request, LOCAL_OWNER)
-        state = await server.engine.runs.read(run_id, owner)
-        if state is None:
-            raise ResourceError(f"unknown run {run_id!r}")
-        return json.dumps(state.to_json(), indent=2)

@@ -6,7 +6,7 @@ output model of `ask`, `plan` and `agent`, from which the SDK derives their outp
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 import mcp.types as t
@@ -15,10 +15,13 @@ from pydantic_core import CoreSchema
 
 from meta_agent.core.messages import ImagePart, Part
 from meta_agent.core.result import RunResult, run_result_of, unavailable_line
+from meta_agent.core.result_images import MAX_RESULT_IMAGE_CHARS, MAX_RESULT_IMAGES
+from meta_agent.store.run_index import RunState
 
 NOT_REMEMBERED = "Not saved in a conversation (conversation_id is null): "  # leads conversation_error in the text
 # Leads the line naming the servers a run could have used that were not ready (unavailable_servers).
 NOT_READY = "Servers not ready, their tools left out of this run: "
+NOT_CARRIED = "Images of this run left out of this result: "  # leads the line of `images_left_out`
 
 
 class StructuredResult(BaseModel):
@@ -37,9 +40,12 @@ RunAnswer = Annotated[t.CallToolResult, StructuredResult] | t.InputRequiredResul
 
 
 def run_result(result: RunResult) -> t.CallToolResult:
-    """A finished run: its answer and images as content, and its structured result."""
+    """A finished run: its answer and images as content, and its structured result. The one definition of a result's
+    content, on the replica that ran it as on any other that reads it back (`stored_result`)."""
     content: list[t.ContentBlock] = [t.TextContent(type="text", text=result.answer)]
     content.extend(content_block(image) for image in result.images)
+    if result.images_left_out:  # the images stand, but not every one the run made
+        content.append(t.TextContent(type="text", text=images_left_out(result.images_left_out)))
     if result.conversation_error:  # the answer stands, but a caller must not believe the turn is remembered
         content.append(t.TextContent(type="text", text=f"{NOT_REMEMBERED}{result.conversation_error}"))
     if result.unavailable_servers:  # the answer stands, made with fewer tools than the caller may think
@@ -47,16 +53,25 @@ def run_result(result: RunResult) -> t.CallToolResult:
     return t.CallToolResult(content=content, structured_content=result.to_json())
 
 
-def stored_result(data: Mapping[str, Any]) -> t.CallToolResult:
-    """A finished run's result as the run index keeps it (its structured result): what `run_result` made of it, but
-    for the images, which the index does not keep."""
+def stored_result(run: RunState) -> t.CallToolResult:
+    """A finished run's result as the run index keeps it (its structured result, and its images where they were read
+    with it): what `run_result` made of it on the replica that ran it."""
+    data = run.result or {}
     try:
         result = run_result_of(data)
     except ValueError:  # a row written by another version of meta-agent: its structured result as it is
         return t.CallToolResult(
             content=[t.TextContent(type="text", text=str(data.get("answer", "")))], structured_content=dict(data)
         )
-    return run_result(result)
+    return run_result(replace(result, images=run.images, images_left_out=run.images_left_out))
+
+
+def images_left_out(count: int) -> str:
+    """The line that tells a host how many images of the run its result does not carry, and why."""
+    return (
+        f"{NOT_CARRIED}{count} (a result carries at most {MAX_RESULT_IMAGES} images and"
+        f" {MAX_RESULT_IMAGE_CHARS // 2**20} MiB of their base64, kept as long as the run's trace)"
+    )
 
 
 def run_failed(message: str, failed: list[RunResult]) -> t.CallToolResult:

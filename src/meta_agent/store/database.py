@@ -173,6 +173,17 @@ def _faces(sql: Sql) -> None:
     sql.execute("create table owner_preferences (owner text primary key, mode text)")
 
 
+def _result_images(sql: Sql) -> None:
+    """8: the images of each finished run's result, which the run index's JSON does not hold, so that its result read
+    through any replica (or after a restart) carries them (meta_agent.store.result_images); and how many images its
+    result does not carry (left out by the bounds of a result, or dropped since with the run's views)."""
+    sql.execute(
+        "create table run_images (run_id text not null, seq integer not null, mime_type text not null,"
+        " data text not null, primary key (run_id, seq))"
+    )
+    sql.execute("alter table runs add column images_left_out integer not null default 0")
+
+
 MIGRATIONS: tuple[Callable[[Sql], None], ...] = (
     _conversations,
     _runs,
@@ -181,6 +192,7 @@ MIGRATIONS: tuple[Callable[[Sql], None], ...] = (
     _tasks,
     _owners,
     _faces,
+    _result_images,
 )
 
 

@@ -12,12 +12,17 @@ touch again for a whole mark's span, time for every owner to have renewed; what 
 
 A run is also its caller's: each row holds the subject that started it (`owner`, meta_agent.front.auth.subjects), kept
 when another replica resumes the run, and a run is read, or listed, for its owner only.
+
+A finished run's result is its structured result (JSON) in its row, and the images of its result beside it
+(meta_agent.store.result_images), read only where a reader asks for them (`read(..., images=True)`): a listing never
+carries them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,8 +30,11 @@ from typing import Any, Literal
 import anyio
 import structlog
 
+from meta_agent.core.messages import ImagePart
+from meta_agent.core.result import RunResult
 from meta_agent.errors import MetaAgentError, leaf, summary
 from meta_agent.shared.text import one_line
+from meta_agent.store import result_images
 from meta_agent.store.database import LOCAL_OWNER, Database, Sql, now
 
 log = structlog.get_logger(__name__)
@@ -64,8 +72,12 @@ class RunState:
     result: dict[str, Any] | None  # the structured result, when done
     error: str | None  # why a run that is done has no result: it failed or was cancelled
     owner: str = LOCAL_OWNER  # the subject whose run it is
+    images: tuple[ImagePart, ...] = ()  # its result's images, where they were read (`RunIndex.read`)
+    images_left_out: int = 0  # images of its run its result does not carry (meta_agent.store.result_images)
 
     def to_json(self) -> dict[str, Any]:
+        """How the run is (the resource meta-agent://runs/{run_id}); its images are not in it."""
+        left_out = {"images_left_out": self.images_left_out} if self.images_left_out else {}
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -73,6 +85,7 @@ class RunState:
             "started": self.started,
             "result": self.result,
             "error": self.error,
+            **left_out,
         }
 
 
@@ -119,8 +132,11 @@ class RunIndex:
                 await self._write(_finish, run_id, self.replica, None, _why(leaf(failure)))
             raise failure
 
-    async def finished(self, run_id: str, result: Mapping[str, Any]) -> None:
-        await self._write(_finish, run_id, self.replica, json.dumps(result), None)
+    async def finished(self, run_id: str, result: RunResult) -> None:
+        """The run is done with `result`: its structured result, and its images beside it, in one transaction."""
+        await self._write(
+            _finish, run_id, self.replica, json.dumps(result.to_json()), None, result.images, result.images_left_out
+        )
 
     async def given_up(self, run_id: str, why: str) -> None:
         """The run is done without a result: it will not be finished (`why`, one line)."""
@@ -157,10 +173,10 @@ class RunIndex:
             return []
         return await anyio.to_thread.run_sync(self.database.run, _take_lapsed, self.alive_seconds)
 
-    async def read(self, run_id: str, *, owner: str | None = LOCAL_OWNER) -> RunState | None:
-        """The run's state; None: `owner` has no run with that id here (None: whoever's it is)."""
-        row = await anyio.to_thread.run_sync(self.database.run, _read, run_id, owner)
-        return None if row is None else state(run_id, row)
+    async def read(self, run_id: str, *, owner: str | None = LOCAL_OWNER, images: bool = False) -> RunState | None:
+        """The run's state, with its result's images where `images` asks for them (a run that is done); None: `owner`
+        has no run with that id here (None: whoever's it is)."""
+        return await anyio.to_thread.run_sync(self.database.run, read_state, run_id, owner, images)
 
     async def by_call(self, call_key: str, task: str | None, *, owner: str) -> RunState | None:
         """`owner`'s newest run started by the call `call_key` (its connection and JSON-RPC id) whose task begins with
@@ -289,13 +305,25 @@ def _resumed(sql: Sql, run_id: str) -> tuple[int, str | None]:
     return (0, None) if row is None else (int(row[0]), row[1])
 
 
-def _finish(sql: Sql, run_id: str, replica: str | None, result: str | None, error: str | None) -> None:
-    """The run is done; `replica` None: whoever runs it (a run given up by the replica that took it)."""
+def _finish(
+    sql: Sql,
+    run_id: str,
+    replica: str | None,
+    result: str | None,
+    error: str | None,
+    images: Sequence[ImagePart] = (),
+    images_left_out: int = 0,
+) -> None:
+    """The run is done, its result's images kept with it; `replica` None: whoever runs it (a run given up by the
+    replica that took it)."""
     mine = "" if replica is None else " and replica = ?"
-    sql.execute(
-        f"update runs set status = 'done', result = ?, error = ?, updated = ?, alive_until = null where id = ?{mine}",
-        (result, error, now(), run_id, *(() if replica is None else (replica,))),
+    done = sql.execute(
+        "update runs set status = 'done', result = ?, error = ?, updated = ?, alive_until = null,"
+        f" images_left_out = ? where id = ?{mine}",
+        (result, error, now(), images_left_out, run_id, *(() if replica is None else (replica,))),
     )
+    if done:  # not by a replica that lost the run: the one running it now finishes it
+        result_images.keep(sql, run_id, images)
 
 
 def columns(sql: Sql, table: str = "") -> str:
@@ -303,13 +331,24 @@ def columns(sql: Sql, table: str = "") -> str:
     database's time."""
     t = f"{table}." if table else ""
     lapsed = f"case when {t}alive_until is null or {t}alive_until < {sql.clock} then 1 else 0 end"
-    return f"{t}status, {t}mode, {t}task, {t}replica, {t}started, {t}updated, {lapsed}, {t}result, {t}error, {t}owner"
+    return (
+        f"{t}status, {t}mode, {t}task, {t}replica, {t}started, {t}updated, {lapsed}, {t}result, {t}error, {t}owner,"
+        f" {t}images_left_out"
+    )
 
 
-def _read(sql: Sql, run_id: str, owner: str | None) -> tuple[Any, ...] | None:
+def read_state(sql: Sql, run_id: str, owner: str | None, images: bool) -> RunState | None:
+    """The run's state, read for `owner` (None: whoever's it is), with its result's images where `images` asks."""
     if owner is None:
-        return sql.one(f"select {columns(sql)} from runs where id = ?", (run_id,))
-    return sql.one(f"select {columns(sql)} from runs where id = ? and owner = ?", (run_id, owner))
+        row = sql.one(f"select {columns(sql)} from runs where id = ?", (run_id,))
+    else:
+        row = sql.one(f"select {columns(sql)} from runs where id = ? and owner = ?", (run_id, owner))
+    if row is None:
+        return None
+    found = state(run_id, row)
+    if images and found.status == "done":
+        return dataclasses.replace(found, images=result_images.read(sql, run_id))
+    return found
 
 
 def _by_call(sql: Sql, call_key: str, owner: str) -> list[tuple[Any, ...]]:
@@ -330,7 +369,7 @@ def _others_among_newest(sql: Sql, limit: int, owner: str) -> tuple[Any, ...] | 
 
 
 def state(run_id: str, row: tuple[Any, ...]) -> RunState:
-    status, mode, task, replica, started, updated, lapsed, result, error, owner = row
+    status, mode, task, replica, started, updated, lapsed, result, error, owner, images_left_out = row
     if status == "running" and lapsed:
         status = "interrupted"
     return RunState(
@@ -344,4 +383,5 @@ def state(run_id: str, row: tuple[Any, ...]) -> RunState:
         result=None if result is None else json.loads(result),
         error=error,
         owner=str(owner),
+        images_left_out=int(images_left_out or 0),
     )

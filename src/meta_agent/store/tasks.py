@@ -8,11 +8,12 @@ A row is kept `ttl_ms` from its creation, and while its run is running; then it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
 
+from meta_agent.store import result_images
 from meta_agent.store.database import Database, Sql, now
 from meta_agent.store.run_index import RunState, columns, state
 
@@ -46,13 +47,14 @@ class TaskRows:
         """
         await anyio.to_thread.run_sync(self.database.run, _create, task_id, owner, tool, ttl_ms)
 
-    async def read(self, task_id: str, owner: str) -> TaskRow | None:
-        """The task, if `owner` owns it and it is kept still; else None, whichever of these it is.
+    async def read(self, task_id: str, owner: str, *, images: bool = False) -> TaskRow | None:
+        """The task, if `owner` owns it and it is kept still; else None, whichever of these it is. `images`: its
+        run's result with its images, once the run is done (meta_agent.store.result_images).
 
         Raises:
             self.database.errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _read, task_id, owner)
+        return await anyio.to_thread.run_sync(self.database.run, _read, task_id, owner, images)
 
     async def owned(self, task_id: str) -> tuple[str, TaskRow] | None:
         """The task `task_id` and whose it is (None: no task has that id, or it is no longer kept): for a run this
@@ -130,9 +132,14 @@ def _row(row: tuple[Any, ...]) -> TaskRow:
     )
 
 
-def _read(sql: Sql, task_id: str, owner: str) -> TaskRow | None:
+def _read(sql: Sql, task_id: str, owner: str, images: bool = False) -> TaskRow | None:
     row = sql.one(f"{_select(sql)} where t.id = ? and t.owner = ? and {_kept(sql)}", (task_id, owner))
-    return None if row is None else _row(row)
+    if row is None:
+        return None
+    task = _row(row)
+    if images and task.run is not None and task.run.status == "done":
+        return replace(task, run=replace(task.run, images=result_images.read(sql, task.task_id)))
+    return task
 
 
 def _owned(sql: Sql, task_id: str) -> tuple[str, TaskRow] | None:

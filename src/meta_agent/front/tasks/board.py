@@ -43,7 +43,10 @@ POLL_SECONDS = 1.0  # how often a caller is told to look again, and a wait for a
 MIN_TTL_MS = 60_000  # a result is kept at least this long, whatever ttl the caller asked for (0 included)
 START_GRACE = 60.0  # a task whose run has not started this long after it was made: its replica stopped first
 SWEEP_SECONDS = 60.0  # how often the tasks past their time are dropped
-KEEP_RESULTS = 100  # results of ended tasks kept in memory as they were (with their images); older: from the index
+# Results of ended tasks kept in memory as their calls returned them, for what the run index holds no result of (a
+# task refused before its run began, a run that failed): a finished run's result, with its images, is read from the
+# index, here as on every replica.
+KEEP_RESULTS = 100
 MESSAGE_CHARS = 500  # a status message is a progress line, cut to this
 STARTING = "starting its run"
 RESUMED = "its run resumed on this replica after its own stopped"
@@ -177,9 +180,11 @@ class TaskBoard:
         self._tg.start_soon(run.execute, work, lambda: self._ended(task))
         return self._live_view(task)
 
-    async def view(self, owner: str, task_id: str) -> TaskView | None:
-        """How the task is; None if `owner` has no such task (never had, or it expired)."""
-        row = await self._read(owner, task_id)
+    async def view(self, owner: str, task_id: str, *, whole: bool = False) -> TaskView | None:
+        """How the task is; None if `owner` has no such task (never had, or it expired). `whole`: its result whole,
+        with its images (what `tasks/result` and a 2026-07-28 `tasks/get` return); else without them (what a status
+        reads: a listing, a 2025-11-25 `tasks/get`)."""
+        row = await self._read(owner, task_id, whole=whole)
         return None if row is None else await self._view(row)
 
     async def page(self, owner: str, cursor: str | None) -> tuple[list[TaskView], str | None]:
@@ -252,7 +257,7 @@ class TaskBoard:
         """Wait for the task to end, putting each of its questions to `ask` meanwhile, once; then how it ended.
         The wait is bounded by the run's own limits. None: `owner` has no such task."""
         asked: set[str] = set()
-        while (view := await self.view(owner, task_id)) is not None and not view.terminal:
+        while (view := await self.view(owner, task_id, whole=True)) is not None and not view.terminal:
             task = self._live.get(task_id)
             asking = task.asking if task is not None else set()  # another reader's question is not asked twice
             for key, request in view.questions.items():
@@ -279,9 +284,9 @@ class TaskBoard:
 
     # -- below -----------------------------------------------------------------------------------------------------
 
-    async def _read(self, owner: str, task_id: str) -> TaskRow | None:
+    async def _read(self, owner: str, task_id: str, *, whole: bool = False) -> TaskRow | None:
         try:
-            return await self._rows.read(task_id, owner)
+            return await self._rows.read(task_id, owner, images=whole)
         except self._rows.database.errors as exc:
             raise TaskRefused(f"cannot read the task in {self._rows.database.label}: {exc}") from None
 
@@ -354,7 +359,7 @@ class TaskBoard:
                 return replace(base, message=f"its replica ({run.replica}) stopped; another replica takes it over")
             return replace(base, status="lost", message=LOST)
         if run.result is not None:
-            return replace(base, status="done", result=kept or stored_result(run.result))
+            return replace(base, status="done", result=stored_result(run))
         if run.error == "cancelled":  # not by its caller (row.cancelled): reaped unanswered, or the server stopped
             return replace(base, status="lost", message=STOPPED)
         return replace(base, status="done", result=kept or tool_error(run.error or "the run ended without a result"))

@@ -141,7 +141,7 @@ class TaskMethods:
 
     async def get(self, ctx: ServerRequestContext[Any, Any], params: t.GetTaskRequestParams) -> dict[str, Any]:
         modern = _era(ctx, "tasks/get", params.task_id)
-        view = await self._view(ctx, params.task_id)
+        view = await self._view(ctx, params.task_id, whole=modern)  # 2025-11-25's status carries no result
         return modern_detail(view) if modern else legacy_task(view)
 
     async def result(
@@ -191,9 +191,9 @@ class TaskMethods:
             raise _unknown(params.task_id)
         return {}
 
-    async def _view(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> TaskView:
+    async def _view(self, ctx: ServerRequestContext[Any, Any], task_id: str, *, whole: bool = False) -> TaskView:
         board, owner = self._board(ctx)
-        view: TaskView | None = await _refusing(board.view(owner, task_id))
+        view: TaskView | None = await _refusing(board.view(owner, task_id, whole=whole))
         if view is None:
             raise _unknown(task_id)
         return view
