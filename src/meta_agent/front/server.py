@@ -23,9 +23,10 @@ import structlog
 from mcp.server import MCPServer
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import UriTemplate
 from pydantic import AfterValidator, Field, ValidationError, WithJsonSchema
 
 from meta_agent.config.servers import DEFAULT_START_TIMEOUT, ServerEntry
@@ -40,7 +41,7 @@ from meta_agent.front.apps.listing import RUN_VIEW, UI_TOOLS, apps_for_ui_hosts,
 from meta_agent.front.apps.tools import apps_extension
 from meta_agent.front.apps.views import AppViews
 from meta_agent.front.auth.subjects import request_principal, subject_of
-from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
+from meta_agent.front.call_guard import argument_error, unknown, unknown_argument, unless_caller_leaves
 from meta_agent.front.calls import Front, front_of, start_run
 from meta_agent.front.host_logs import HostLogs
 from meta_agent.front.server_metrics import time_each_request
@@ -113,8 +114,8 @@ class MetaAgentServer(MCPServer[Front]):
                 middleware=[time_each_request, apps_for_ui_hosts],
             )
         # MCPServer offers no public way to add a spec request handler.
-        self.subscribers.install(self._lowlevel_server)
-        task_protocol.install(self._lowlevel_server, _board)
+        self.subscribers.install(self._lowlevel_server, self.names_resource)
+        task_protocol.install(self._lowlevel_server, _board, self.offered)
         trace_context.install(self._lowlevel_server)
 
     def children_held(self) -> bool:
@@ -176,17 +177,42 @@ class MetaAgentServer(MCPServer[Front]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> t.CallToolResult | t.InputRequiredResult:
-        if name in UI_TOOLS and (context is None or not shows_apps(context)):
-            raise ToolError(f"Unknown tool: {name}")  # as to a host that does not show the apps (front/apps)
-        tool = next((tool for tool in await self.list_tools() if tool.name == name), None)
-        if tool is not None and (unknown := unknown_argument(name, arguments, tool.input_schema)):
-            raise ToolError(unknown)
+        tool = await self.offered(name, context)
+        if tool is None:
+            raise unknown("tool", name)
+        if problem := unknown_argument(name, arguments, tool.input_schema):
+            raise ToolError(problem)
         if (pending := PENDING.get()) is not None and context is not None:
             pending.made = await self._start_task(name, arguments, context, pending.ttl_ms)
             return t.CallToolResult(content=[])  # never sent: the task is (meta_agent.front.tasks.protocol)
         result = await unless_caller_leaves(context, partial(self._call, name, arguments, context))
         # Nobody reads this one: the SDK drops an answer to a closed stream.
         return result if result is not None else tool_error("the caller went away; the call was cancelled")
+
+    async def offered(
+        self, name: str, context: Context[Any, Any] | ServerRequestContext[Any, Any] | None
+    ) -> t.Tool | None:
+        """The tool `name` as the caller of `context` is offered it: None where it does not exist, or is an app's
+        tool and the caller does not show apps (front/apps/listing.py); either is an unknown tool to it."""
+        if name in UI_TOOLS and (context is None or not shows_apps(context)):
+            return None
+        return next((tool for tool in await self.list_tools() if tool.name == name), None)
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> t.GetPromptResult | t.InputRequiredResult:
+        """The SDK's, but a prompt that does not exist is the protocol error -32602 the spec says, not a handler's
+        failure (which the SDK logs as a fault and answers with an invalid or internal error code)."""
+        if not any(prompt.name == name for prompt in await self.list_prompts()):
+            raise unknown("prompt", name)
+        return await super().get_prompt(name, arguments, context)
+
+    async def names_resource(self, uri: str) -> bool:
+        """Whether `uri` is one of our resources, or of our resource templates (a run's, whatever its id)."""
+        if any(str(resource.uri) == uri for resource in await self.list_resources()):
+            return True
+        templates = await self.list_resource_templates()
+        return any(UriTemplate.parse(template.uri_template).match(uri) is not None for template in templates)
 
     async def _call(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None
@@ -419,6 +445,6 @@ def _add_runs_resource(server: MetaAgentServer) -> None:
             raise ResourceError("meta-agent is not running")
         owner = subject_of(ctx.request_context.request, LOCAL_OWNER)
         state = await server.engine.runs.read(run_id, owner)
-        if state is None:
-            raise ResourceError(f"unknown run {run_id!r}")
+        if state is None:  # -32602, as any resource that does not exist
+            raise ResourceNotFoundError(f"unknown run {run_id!r}")
         return json.dumps(state.to_json(), indent=2)
