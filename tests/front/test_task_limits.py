@@ -1,6 +1,6 @@
-"""META_AGENT_MAX_TASKS under concurrency (issue 47): bursts of task-augmented calls made at once, in memory in both
-eras (the SDK's real client speaking raw JSON-RPC, as tests/front/test_tasks.py does), against a server with no
-child. Exactly the limit start and the rest get the one line; nothing leaks: the places come back when tasks end or
+"""META_AGENT_MAX_TASKS under concurrency (issue 47): bursts of task-augmented calls made at once, in both eras, in
+memory (the SDK's real client speaking raw JSON-RPC, as tests/front/test_tasks.py does) and over HTTP to our app served
+in this process, against a server with no child. Exactly the limit start and the rest get the one line; nothing leaks: the places come back when tasks end or
 are cancelled, when a task cannot be recorded, and when its caller goes away before the call answered. Replicas on
 PostgreSQL, each with its own limit, are tests/front/test_limits_replicas.py's."""
 
@@ -15,14 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
-from conftest import openai_env
+from conftest import openai_env, serving_asgi
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from test_tasks import BOUND, Raw, start, status
+from test_tasks_replicas import LEGACY, MODERN, Caller, Era, caller
 
 from meta_agent.config.settings import Settings
+from meta_agent.front.http.app import http_app
 from meta_agent.front.server import build_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.quick]
@@ -181,6 +184,64 @@ async def test_callers_gone_before_the_answer_give_their_places_back(era: str, l
     assert gone.made == [] and set(gone.refused) == {REFUSED} and refused.message == REFUSED
     assert count(store, "runs") == LIMIT  # the tasks of the callers gone never ran
     assert all("again" in str(seen.body) for seen in llm.requests)
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_http_callers_that_disconnect_before_the_answer_give_their_places_back(
+    era: Era, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """As above over HTTP: 100 calls at once while the database is held, 95 refused at once; the 5 waiting callers
+    close their connections. No task runs for them (on a 2025-11-25 session too, which the SDK keeps serving after
+    its caller has gone), and 5 others start."""
+    store = tmp_path / "state.sqlite3"
+    settings = Settings(model="openai:fake-model", conversations_db=store, max_tasks=LIMIT)
+    server = build_server(settings, {}, openai_env(llm))
+    refused: list[str] = []
+    with held(llm, LIMIT):
+        async with (
+            serving_asgi(lambda _url: http_app(server, host="127.0.0.1")) as url,
+            caller(f"{url}/mcp", era) as host,
+        ):
+            await host.error("tasks/get", {"taskId": "0" * 26})  # an unknown task: its read makes the database
+            db = sqlite3.connect(store, isolation_level=None)
+            try:
+                db.execute("begin immediate")
+                async with httpx2.AsyncClient(headers=host.http.headers, timeout=BOUND) as leaving:
+                    gone = Caller(leaving, host.url, era, session=host.session)
+
+                    async def call(n: int) -> None:
+                        answer = await gone.send("tools/call", http_task_params(era, f"gone {n}"))
+                        refused.append(answer["error"]["message"])
+
+                    async with anyio.create_task_group() as calls:
+                        for n in range(100):
+                            calls.start_soon(call, n)
+                        await wait_for(lambda: len(refused) == 100 - LIMIT)
+                        calls.cancel_scope.cancel()
+                # the 5 connections are closed: their callers have gone
+                db.execute("commit")
+            finally:
+                if db.in_transaction:
+                    db.execute("commit")
+                db.close()
+            again: list[str] = []
+            with anyio.fail_after(BOUND):
+                while len(again) < LIMIT:
+                    answer = await host.send("tools/call", http_task_params(era, "again"))
+                    if "error" in answer:
+                        assert answer["error"]["message"] == REFUSED
+                        await anyio.sleep(0.05)  # polling for the place, as a refused host would
+                    else:
+                        again.append(answer["result"]["taskId" if era == MODERN else "task"])
+            await wait_for(lambda: len(llm.requests) == LIMIT)
+    assert set(refused) == {REFUSED}
+    assert count(store, "runs") == LIMIT  # the tasks of the callers gone never ran
+    assert all("again" in str(seen.body) for seen in llm.requests)
+
+
+def http_task_params(era: Era, task: str) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": "agent", "arguments": {"task": task}}
+    return params if era == MODERN else {**params, "task": {}}
 
 
 def task_params(raw: Raw, task: str) -> dict[str, Any]:

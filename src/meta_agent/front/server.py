@@ -26,7 +26,6 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from mcp.shared.uri_template import UriTemplate
 from pydantic import AfterValidator, Field, ValidationError, WithJsonSchema
 
 from meta_agent.config.servers import DEFAULT_START_TIMEOUT, ServerEntry
@@ -45,7 +44,7 @@ from meta_agent.front.call_guard import argument_error, unknown, unknown_argumen
 from meta_agent.front.calls import Front, front_of, start_run
 from meta_agent.front.host_logs import HostLogs
 from meta_agent.front.server_metrics import time_each_request
-from meta_agent.front.subscriptions import ToolboxSubscribers
+from meta_agent.front.subscriptions import ToolboxSubscribers, names_resource
 from meta_agent.front.tasks import protocol as task_protocol
 from meta_agent.front.tasks.board import TaskBoard, TaskRefused, TaskView
 from meta_agent.front.tasks.protocol import PENDING, TasksExtension, relay_progress
@@ -114,7 +113,7 @@ class MetaAgentServer(MCPServer[Front]):
                 middleware=[time_each_request, apps_for_ui_hosts],
             )
         # MCPServer offers no public way to add a spec request handler.
-        self.subscribers.install(self._lowlevel_server, self.names_resource)
+        self.subscribers.install(self._lowlevel_server, partial(names_resource, self))
         task_protocol.install(self._lowlevel_server, _board, self.offered)
         trace_context.install(self._lowlevel_server)
 
@@ -183,7 +182,8 @@ class MetaAgentServer(MCPServer[Front]):
         if problem := unknown_argument(name, arguments, tool.input_schema):
             raise ToolError(problem)
         if (pending := PENDING.get()) is not None and context is not None:
-            pending.made = await self._start_task(name, arguments, context, pending.ttl_ms)
+            start = partial(self._start_task, name, arguments, context, pending.ttl_ms)
+            pending.made = await unless_caller_leaves(context, start)  # a caller gone first: its task never runs
             return t.CallToolResult(content=[])  # never sent: the task is (meta_agent.front.tasks.protocol)
         result = await unless_caller_leaves(context, partial(self._call, name, arguments, context))
         # Nobody reads this one: the SDK drops an answer to a closed stream.
@@ -206,13 +206,6 @@ class MetaAgentServer(MCPServer[Front]):
         if not any(prompt.name == name for prompt in await self.list_prompts()):
             raise unknown("prompt", name)
         return await super().get_prompt(name, arguments, context)
-
-    async def names_resource(self, uri: str) -> bool:
-        """Whether `uri` is one of our resources, or of our resource templates (a run's, whatever its id)."""
-        if any(str(resource.uri) == uri for resource in await self.list_resources()):
-            return True
-        templates = await self.list_resource_templates()
-        return any(UriTemplate.parse(template.uri_template).match(uri) is not None for template in templates)
 
     async def _call(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None

@@ -25,7 +25,9 @@ import structlog
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.shared.uri_template import UriTemplate
 
 from meta_agent.front.approvals.asking import connection_of
 from meta_agent.front.call_guard import unknown
@@ -92,3 +94,11 @@ class ToolboxSubscribers:
     async def _check(self, uri: str) -> None:
         if not await self._known(uri):
             raise unknown("resource", uri)
+
+
+async def names_resource(server: MCPServer[Any], uri: str) -> bool:
+    """Whether `uri` is one of `server`'s resources, or of its resource templates (a run's, whatever its id)."""
+    if any(str(resource.uri) == uri for resource in await server.list_resources()):
+        return True
+    templates = await server.list_resource_templates()
+    return any(UriTemplate.parse(template.uri_template).match(uri) is not None for template in templates)
