@@ -123,6 +123,7 @@ async def test_a_burst_of_1000_starts_exactly_the_limit_and_the_places_come_back
                 await status(raw, task_id, "completed")
             second = await burst(raw, 100)
             assert len(second.made) == LIMIT and second.refused == [REFUSED] * (100 - LIMIT)
+            await wait_for(lambda: len(llm.requests) == 2 * LIMIT)
 
             for task_id in second.made:
                 await raw("tasks/cancel", {"taskId": task_id})
