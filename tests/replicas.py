@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +41,35 @@ def replica_environ(llm: FakeLLM, database_url: str, tmp_path: Path) -> dict[str
     )
 
 
+Replica = tuple[subprocess.Popen[str], str, ServerLog]
+
+
 @contextmanager
-def replica(config: Path, environ: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str, ServerLog]]:
+def replica(config: Path, environ: dict[str, str]) -> Iterator[Replica]:
     """A replica the test may kill or stop itself: its process, its MCP URL and its log, once it listens; killed, if
     it still runs, and reaped when the block ends."""
+    with _started(config, environ) as started:
+        started[2].wait_for("serving_http")
+        yield started
+
+
+@contextmanager
+def replicas(config: Path, environ: dict[str, str], count: int) -> Iterator[list[Replica]]:
+    """`count` replicas as `replica` makes one, started at once (a start is mostly imports and the database)."""
+    with ExitStack() as stack:
+        started = [stack.enter_context(_started(config, environ)) for _ in range(count)]
+        for _, _, log in started:
+            log.wait_for("serving_http")
+        yield started
+
+
+@contextmanager
+def _started(config: Path, environ: dict[str, str]) -> Iterator[Replica]:
     port = free_port()
     command = [sys.executable, "-m", "meta_agent", "serve", "--transport", "http", "--port", str(port)]
     proc = subprocess.Popen([*command, "--config", str(config)], env=environ, stderr=subprocess.PIPE, text=True)
     try:
-        log = ServerLog(proc.stderr)
-        log.wait_for("serving_http")
-        yield proc, f"http://127.0.0.1:{port}/mcp", log
+        yield proc, f"http://127.0.0.1:{port}/mcp", ServerLog(proc.stderr)
     finally:
         proc.kill()
         proc.wait(timeout=30)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from host_doubles import User, accept, call_ids, tool_message
 from mcp import Client
 from mcp.client.extension import advertise
 from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
+from mcp.shared.exceptions import MCPError
 
 from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
@@ -62,11 +64,21 @@ async def test_a_host_without_the_extension_sees_todays_tools(era: str, llm: Fak
     async with Client(server, mode=MODES[era]) as plain:
         tools = {tool.name: tool for tool in (await plain.list_tools()).tools}
         resources = [str(resource.uri) for resource in (await plain.list_resources()).resources]
-        refused = await plain.call_tool("app_toolbox", {})
+        refused = [await refusal(plain.call_tool(name, {})) for name in ("app_toolbox", "tools", "no_such_tool")]
     assert set(tools) == {"ask", "plan", "agent"}
     assert all(tool.meta is None or "ui" not in tool.meta for tool in tools.values())
     assert not any(uri.startswith("ui://") for uri in resources)
-    assert refused.is_error and refused.content[0].text == "Unknown tool: app_toolbox"  # type: ignore[union-attr]
+    # an app's tool is a tool that does not exist, to this host: the same protocol error
+    assert refused == [
+        (t.INVALID_PARAMS, f"Unknown tool: {name}", None) for name in ("app_toolbox", "tools", "no_such_tool")
+    ]
+
+
+async def refusal(call: Awaitable[Any]) -> tuple[int, str, Any]:
+    """The JSON-RPC error `call` is answered with: its code, message and data."""
+    with pytest.raises(MCPError) as refused:
+        await call
+    return refused.value.error.code, refused.value.error.message, refused.value.error.data
 
 
 @pytest.mark.parametrize("era", list(MODES))

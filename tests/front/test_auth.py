@@ -199,12 +199,15 @@ async def test_a_good_token_passes_and_each_refusal_says_why(front: str, issuer:
         assert (await post(front, f"Bearer {token}")).status_code == 200
 
 
-async def test_no_token_is_401_with_the_metadata_and_no_error_code(front: str, issuer: AuthServer) -> None:
+async def test_no_token_is_401_with_the_metadata_the_scopes_and_no_error_code(front: str, issuer: AuthServer) -> None:
+    """The first 401 names the scopes required (the MCP authorization spec), as the 403 of a token short of them does."""
     for authorization in [None, "Basic dXNlcjpwYXNz", "Bearer"]:
         response = await post(front, authorization)
         assert response.status_code == 401
         challenge = response.headers["www-authenticate"]
-        assert challenge.endswith(f'resource_metadata="{front}/.well-known/oauth-protected-resource/mcp"')
+        assert challenge.endswith(
+            f'scope="{SCOPE}", resource_metadata="{front}/.well-known/oauth-protected-resource/mcp"'
+        )
         assert ("error=" in challenge) == (authorization is not None)
     async with httpx2.AsyncClient() as http:
         for path in ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"]:
@@ -213,6 +216,17 @@ async def test_no_token_is_401_with_the_metadata_and_no_error_code(front: str, i
             assert metadata["authorization_servers"] == [issuer.url]
             assert metadata["scopes_supported"] == [SCOPE]
             assert metadata["bearer_methods_supported"] == ["header"]
+
+
+async def test_without_scopes_required_no_challenge_names_any(llm: FakeLLM, issuer: AuthServer) -> None:
+    async with served(llm, issuer, scopes=()) as url:
+        first = await post(url, None)
+        refused = await post(url, "Bearer not-a-token")
+    assert (
+        first.headers["www-authenticate"]
+        == f'Bearer resource_metadata="{url}/.well-known/oauth-protected-resource/mcp"'
+    )
+    assert refused.status_code == 401 and "scope=" not in refused.headers["www-authenticate"]
 
 
 async def test_a_missing_scope_is_403_naming_it(front: str, issuer: AuthServer) -> None:

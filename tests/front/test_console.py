@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -433,6 +434,39 @@ async def test_a_flood_of_calls_stays_cheap(llm: FakeLLM, tmp_path: Path) -> Non
         assert set(statuses) <= {200, 503} and statuses.count(200) >= console_module.MAX_CALLS
         assert took < 30, took
         assert (await site.api(http, "app_runs", bearer(TOKEN))).status_code == 200
+
+
+async def test_a_burst_serves_exactly_max_calls_at_once(llm: FakeLLM, tmp_path: Path) -> None:
+    """100 calls at once while the database is held, so that none can end: exactly MAX_CALLS are taken (and answered
+    once it is let go), the others are refused at once with 503; then the places are free again."""
+    statuses: list[int] = []
+    limits = httpx2.Limits(max_connections=200, max_keepalive_connections=200)
+    async with (
+        served(llm, tmp_path, token=TOKEN) as site,
+        httpx2.AsyncClient(timeout=WAIT, limits=limits) as http,
+    ):
+        assert (await site.api(http, "app_runs", bearer(TOKEN))).status_code == 200  # the database is made
+
+        async def call() -> None:
+            statuses.append((await site.api(http, "app_runs", bearer(TOKEN))).status_code)
+
+        db = sqlite3.connect(tmp_path / "state.sqlite3", isolation_level=None)
+        try:
+            db.execute("begin immediate")  # every read of the console's waits for this (up to 10 s)
+            async with anyio.create_task_group() as tg:
+                for _ in range(100):
+                    tg.start_soon(call)
+                with anyio.fail_after(WAIT):
+                    while len(statuses) < 100 - console_module.MAX_CALLS:
+                        await anyio.sleep(0.01)  # polling the refusals, which come at once
+                db.execute("commit")
+        finally:
+            if db.in_transaction:
+                db.execute("commit")
+            db.close()
+        again = [(await site.api(http, "app_runs", bearer(TOKEN))).status_code for _ in range(3)]
+    assert statuses.count(503) == 100 - console_module.MAX_CALLS
+    assert statuses.count(200) == console_module.MAX_CALLS and again == [200] * 3
 
 
 async def test_the_console_takes_exactly_the_app_tools_arguments(llm: FakeLLM) -> None:

@@ -55,16 +55,17 @@ class Caller:
     async def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """`method` asked as this era asks it over HTTP; the JSON-RPC answer (with `result` or `error`)."""
         self.ids += 1
+        request_id = self.ids  # its own: calls of one caller may be made at once
         params = dict(params or {})
         headers: dict[str, str] = {"Mcp-Protocol-Version": self.era}
         if self.era == MODERN:
             params["_meta"] = ENVELOPE
             headers["Mcp-Method"] = method
-            if (name := params.get("taskId", params.get("name"))) is not None:
+            if (name := params.get("taskId", params.get("name", params.get("uri")))) is not None:
                 headers["Mcp-Name"] = name
         elif self.session is not None:
             headers = self.in_session()
-        body = {"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params}
+        body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         response = await self.http.post(self.url, json=body, headers=headers)
         # 2026-07-28 gives an error an HTTP status of its own too (-32602: 400)
         failed = self.era == MODERN and response.status_code in (400, 404, 500) and '"error"' in response.text
@@ -72,7 +73,7 @@ class Caller:
         if method == "initialize":
             self.session = response.headers["mcp-session-id"]
         for message in messages(response):
-            if message.get("id") == self.ids and "method" not in message:
+            if message.get("id") == request_id and "method" not in message:
                 return message
         raise AssertionError(f"no answer to {method}: {response.text[:500]}")
 

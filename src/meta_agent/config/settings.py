@@ -150,8 +150,8 @@ class Settings(BaseSettings):
     max_parked: int = Field(
         default=1000,
         ge=1,
-        description="Runs of 2026-07-28 callers that may wait for an answer at once, per process; the next call that"
-        " would park is refused in one line.",
+        description="Runs of 2026-07-28 callers that may wait for an answer at once, per process (each replica counts"
+        " its own); the next call that would park is refused in one line.",
     )
     task_ttl: float = Field(
         default=3600.0,
@@ -162,8 +162,9 @@ class Settings(BaseSettings):
     max_tasks: int = Field(
         default=100,
         ge=1,
-        description="MCP tasks that may run at once per process; a call that would start one more is refused in one"
-        " line.",
+        description="MCP tasks that may run at once per process (each replica counts its own: N replicas run up to N"
+        " times as many); a call that would start one more is refused in one line, however many calls come at once."
+        " Runs started from the views' task box have as many places of their own, 10 for one subject.",
     )
     internal_tools: str | None = Field(
         default=None,

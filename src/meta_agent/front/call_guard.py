@@ -1,4 +1,5 @@
-"""What guards a host's call of one of our tools: its arguments, checked into one-line errors, and the host's
+"""What guards a host's call of one of our tools: the name it calls (a tool, prompt or resource this caller is not
+offered is the JSON-RPC error the spec says, -32602), its arguments, checked into one-line errors, and the host's
 connection, watched so that a call whose caller has gone away is cancelled.
 
 On a 2025-11-25 HTTP session the SDK keeps running a call whose POST stream has closed (the spec lets a client
@@ -10,18 +11,28 @@ the SDK's own 2026-07-28 route does.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
+import mcp.types as t
 import structlog
 from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from meta_agent.shared.text import one_line
 from meta_agent.shared.validation import did_you_mean, json_path, refusals
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+NAME_CHARS = 200  # of a name the caller gave, said back in an error: a tool's or a prompt's is far shorter
+
+
+def unknown(kind: Literal["tool", "prompt", "resource"], name: str) -> MCPError:
+    """What a request naming a `kind` this caller is not offered gets: the protocol error -32602 (invalid params),
+    `Unknown tool: NAME`, the same whether it does not exist or is hidden from this caller (the apps' tools)."""
+    return MCPError(t.INVALID_PARAMS, f"Unknown {kind}: {one_line(name, NAME_CHARS)}")
 
 
 async def unless_caller_leaves(context: Context | None, call: Callable[[], Awaitable[T]]) -> T | None:

@@ -12,7 +12,7 @@ import json
 
 import mcp.types as t
 from mcp.server.lowlevel.helper_types import ReadResourceContents
-from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.shared.uri_template import UriTemplate
 
 from meta_agent.core.result_images import image_bytes
@@ -47,7 +47,7 @@ async def run_contents(runs: Runs, run_id: str, owner: str) -> list[ReadResource
     """
     state = await runs.read(run_id, owner, images=True)
     if state is None:
-        raise ResourceError(f"unknown run {run_id!r}")
+        raise ResourceNotFoundError(f"unknown run {run_id!r}")  # -32602, as any resource that does not exist
     contents = [ReadResourceContents(content=json.dumps(state.to_json(), indent=2), mime_type=JSON)]
     for number, image in enumerate(state.images, 1):
         # the SDK sends bytes as base64 again: the same text, as a result carries only base64 as encoders write it

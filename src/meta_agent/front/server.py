@@ -41,11 +41,11 @@ from meta_agent.front.apps.listing import RUN_VIEW, UI_TOOLS, apps_for_ui_hosts,
 from meta_agent.front.apps.tools import apps_extension
 from meta_agent.front.apps.views import AppViews
 from meta_agent.front.auth.subjects import request_principal, subject_of
-from meta_agent.front.call_guard import argument_error, unknown_argument, unless_caller_leaves
+from meta_agent.front.call_guard import argument_error, unknown, unknown_argument, unless_caller_leaves
 from meta_agent.front.calls import Front, front_of, start_run
 from meta_agent.front.host_logs import HostLogs
 from meta_agent.front.server_metrics import time_each_request
-from meta_agent.front.subscriptions import ToolboxSubscribers
+from meta_agent.front.subscriptions import ToolboxSubscribers, names_resource
 from meta_agent.front.tasks import protocol as task_protocol
 from meta_agent.front.tasks.board import TaskBoard, TaskRefused, TaskView
 from meta_agent.front.tasks.protocol import PENDING, TasksExtension, relay_progress
@@ -113,8 +113,8 @@ class MetaAgentServer(MCPServer[Front]):
                 middleware=[time_each_request, apps_for_ui_hosts],
             )
         # MCPServer offers no public way to add a spec request handler.
-        self.subscribers.install(self._lowlevel_server)
-        task_protocol.install(self._lowlevel_server, _board)
+        self.subscribers.install(self._lowlevel_server, partial(names_resource, self))
+        task_protocol.install(self._lowlevel_server, _board, self.offered)
         trace_context.install(self._lowlevel_server)
 
     def children_held(self) -> bool:
@@ -192,17 +192,36 @@ class MetaAgentServer(MCPServer[Front]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> t.CallToolResult | t.InputRequiredResult:
-        if name in UI_TOOLS and (context is None or not shows_apps(context)):
-            raise ToolError(f"Unknown tool: {name}")  # as to a host that does not show the apps (front/apps)
-        tool = next((tool for tool in await self.list_tools() if tool.name == name), None)
-        if tool is not None and (unknown := unknown_argument(name, arguments, tool.input_schema)):
-            raise ToolError(unknown)
+        tool = await self.offered(name, context)
+        if tool is None:
+            raise unknown("tool", name)
+        if problem := unknown_argument(name, arguments, tool.input_schema):
+            raise ToolError(problem)
         if (pending := PENDING.get()) is not None and context is not None:
-            pending.made = await self._start_task(name, arguments, context, pending.ttl_ms)
+            start = partial(self._start_task, name, arguments, context, pending.ttl_ms)
+            pending.made = await unless_caller_leaves(context, start)  # a caller gone first: its task never runs
             return t.CallToolResult(content=[])  # never sent: the task is (meta_agent.front.tasks.protocol)
         result = await unless_caller_leaves(context, partial(self._call, name, arguments, context))
         # Nobody reads this one: the SDK drops an answer to a closed stream.
         return result if result is not None else tool_error("the caller went away; the call was cancelled")
+
+    async def offered(
+        self, name: str, context: Context[Any, Any] | ServerRequestContext[Any, Any] | None
+    ) -> t.Tool | None:
+        """The tool `name` as the caller of `context` is offered it: None where it does not exist, or is an app's
+        tool and the caller does not show apps (front/apps/listing.py); either is an unknown tool to it."""
+        if name in UI_TOOLS and (context is None or not shows_apps(context)):
+            return None
+        return next((tool for tool in await self.list_tools() if tool.name == name), None)
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> t.GetPromptResult | t.InputRequiredResult:
+        """The SDK's, but a prompt that does not exist is the protocol error -32602 the spec says, not a handler's
+        failure (which the SDK logs as a fault and answers with an invalid or internal error code)."""
+        if not any(prompt.name == name for prompt in await self.list_prompts()):
+            raise unknown("prompt", name)
+        return await super().get_prompt(name, arguments, context)
 
     async def _call(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None

@@ -7,15 +7,16 @@ trust file or servers.json changes), in the way each protocol era has:
 - 2026-07-28: a `subscriptions/listen` stream that names the toolbox among its resource subscriptions. The SDK
   serves the stream; we publish to the bus it reads (`bus`, handed to the server when it is made).
 
-Any resource may be subscribed to (as a listen stream may name any URI), but only the toolbox changes: a run's
-resource is written once, when it ends. A change is a nudge, not a diff: the host reads the resource again. Changes
-that come in a burst (children starting together) are sent as few notifications, never lost: one that comes while
-others are sent is sent after them.
+Any of our resources may be subscribed to (a URI that names none is refused, -32602, as reading it is; a listen stream
+may name any URI), but only the toolbox changes: a run's resource is written once, when it ends. A change is a nudge,
+not a diff: the host reads the resource again. Changes that come in a burst (children starting together) are sent as
+few notifications, never lost: one that comes while others are sent is sent after them.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -24,9 +25,12 @@ import structlog
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.shared.uri_template import UriTemplate
 
 from meta_agent.front.approvals.asking import connection_of
+from meta_agent.front.call_guard import unknown
 
 log = structlog.get_logger(__name__)
 
@@ -44,9 +48,11 @@ class ToolboxSubscribers:
         self._sessions: weakref.WeakSet[Connection] = weakref.WeakSet()  # 2025-11-25 sessions, gone with them
         self._changed = anyio.Event()
 
-    def install(self, server: Server[Any]) -> None:
+    def install(self, server: Server[Any], known: Callable[[str], Awaitable[bool]]) -> None:
         """Serve `resources/subscribe` and `resources/unsubscribe` (which declares `resources.subscribe` to
-        2025-11-25 sessions; the listen stream declares it to 2026-07-28 callers)."""
+        2025-11-25 sessions; the listen stream declares it to 2026-07-28 callers), for the URIs `known` says are
+        resources."""
+        self._known = known
         server.add_request_handler("resources/subscribe", t.SubscribeRequestParams, self._subscribe)
         server.add_request_handler("resources/unsubscribe", t.UnsubscribeRequestParams, self._unsubscribe)
 
@@ -72,6 +78,7 @@ class ToolboxSubscribers:
             await self.bus.publish(ResourceUpdated(uri=self.uri))
 
     async def _subscribe(self, ctx: ServerRequestContext[Any, Any], params: t.SubscribeRequestParams) -> t.EmptyResult:
+        await self._check(params.uri)
         if params.uri == self.uri:
             self._sessions.add(connection_of(ctx.session))
         return t.EmptyResult()
@@ -79,6 +86,19 @@ class ToolboxSubscribers:
     async def _unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: t.UnsubscribeRequestParams
     ) -> t.EmptyResult:
+        await self._check(params.uri)
         if params.uri == self.uri:
             self._sessions.discard(connection_of(ctx.session))
         return t.EmptyResult()
+
+    async def _check(self, uri: str) -> None:
+        if not await self._known(uri):
+            raise unknown("resource", uri)
+
+
+async def names_resource(server: MCPServer[Any], uri: str) -> bool:
+    """Whether `uri` is one of `server`'s resources, or of its resource templates (a run's, whatever its id)."""
+    if any(str(resource.uri) == uri for resource in await server.list_resources()):
+        return True
+    templates = await server.list_resource_templates()
+    return any(UriTemplate.parse(template.uri_template).match(uri) is not None for template in templates)

@@ -5,9 +5,9 @@ META_AGENT_AUTH_SCOPES asks for.
 A token is checked, cheapest first: its length (MAX_TOKEN_CHARS), its header (an `alg` the named key's type signs with:
 never `none`, never an HMAC), its key (front/auth/jwks.py), its signature, then `iss`, `aud`, `exp` (required), `nbf`
 (where present; LEEWAY either way), `sub` (required) and the scopes. Without a token the answer is 401 with
-`WWW-Authenticate: Bearer resource_metadata="…"`, which sends an MCP client to the protected resource metadata
-(RFC 9728) served here and from there to the authorization server; with a token that fails, 401 `invalid_token`;
-with too few scopes, 403 `insufficient_scope`.
+`WWW-Authenticate: Bearer resource_metadata="…"` (and `scope="…"`, the scopes required, where any are), which sends an
+MCP client to the protected resource metadata (RFC 9728) served here and from there to the authorization server; with
+a token that fails, 401 `invalid_token`; with too few scopes, 403 `insufficient_scope`.
 
 A token that passes makes the request the subject's: `scope["meta_agent.subject"]` is `<issuer>#<sub>` (what
 front/auth/subjects.py turns into the owner of the caller's state), and `scope["user"]` the SDK's AuthenticatedUser, so
@@ -281,10 +281,11 @@ class RequireJwt:
         self, scope: Scope, receive: Receive, send: Send, status: int, error: str | None, description: str
     ) -> None:
         """401 or 403 with the WWW-Authenticate RFC 6750 (section 3) asks for: no error code where no token was
-        given; the scope required where it fell short."""
+        given; the scopes required, where any are, on the first 401 too (the MCP authorization spec: a client asks
+        for them when it gets its token), not only where a token fell short of them."""
         params = [f'error="{error}"', f'error_description="{_quotable(description)}"'] if error else []
-        if error == "insufficient_scope":
-            params.append(f'scope="{" ".join(self._resource.scopes)}"')
+        if self._resource.scopes:
+            params.append(f'scope="{_quotable(" ".join(self._resource.scopes))}"')
         params.append(self._metadata)
         body = {"error": error or "unauthorized", "error_description": description}
         headers = {"WWW-Authenticate": "Bearer " + ", ".join(params)}

@@ -163,15 +163,21 @@ class TaskBoard:
                 f"{self._max_tasks:,} tasks already run (META_AGENT_MAX_TASKS); wait for one to end, or cancel one"
             )
         task_id, ttl = random_ulid(), self.ttl_ms(ttl_ms)
-        try:
-            await self._rows.create(task_id, owner, tool, ttl)
-        except self._rows.database.errors as exc:
-            raise TaskRefused(f"cannot record the task in {self._rows.database.label}: {exc}") from None
         run = ParkedRun(
             self._spaces, sampling=sampling, shared=self._shared, parked_id=task_id, detached=True, owner=owner
         )
         created = iso(now())
+        # Its place is taken before the first await, so that calls made at once each count the others'; nothing
+        # finds the task by its id before its row is written.
         task = self._live[task_id] = TaskRun(run, created, ttl, relay, message=STARTING, updated=created)
+        try:
+            await self._rows.create(task_id, owner, tool, ttl)
+            await anyio.lowlevel.checkpoint_if_cancelled()  # a caller gone meanwhile: its task does not run
+        except BaseException as exc:  # refused, or its caller gone: the place is given back
+            del self._live[task_id]
+            if isinstance(exc, self._rows.database.errors):
+                raise TaskRefused(f"cannot record the task in {self._rows.database.label}: {exc}") from None
+            raise
 
         async def work() -> t.CallToolResult:
             CURRENT.set(task)  # this task's own context: the tool function reads it

@@ -37,6 +37,7 @@ from pydantic import Field, ValidationError
 from starlette.requests import Request
 
 from meta_agent.front.approvals.parked import CallerRequest
+from meta_agent.front.call_guard import unknown
 from meta_agent.front.tasks.board import POLL_SECONDS, TASK_TOOLS, TaskBoard, TaskRefused, TaskView
 
 log = structlog.get_logger(__name__)
@@ -69,8 +70,16 @@ class UpdateTaskParams(t.RequestParams):
 Board = Callable[[ServerRequestContext[Any, Any]], tuple[TaskBoard, str]]  # a request's board, and its owner
 
 
+Offered = Callable[[str, ServerRequestContext[Any, Any]], Awaitable[object | None]]  # the tool, if the caller has it
+
+
 class LegacyTasks:
-    """The server middleware of 2025-11-25 tasks: declares them, and answers a task-augmented `tools/call`."""
+    """The server middleware of 2025-11-25 tasks: declares them, and answers a task-augmented `tools/call`. A tool
+    the caller is not offered is unknown (-32602), as without `task`; one it is offered that takes no task is a
+    method not found (-32601), as the tasks spec says."""
+
+    def __init__(self, offered: Offered) -> None:
+        self._offered = offered
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method == "initialize":
@@ -90,6 +99,8 @@ class LegacyTasks:
         if ctx.method != "tools/call" or params.get("task") is None:
             return await call_next(ctx)
         name = params.get("name")
+        if not isinstance(name, str) or await self._offered(name, ctx) is None:
+            raise unknown("tool", str(name))
         if name not in TASK_TOOLS:
             raise MCPError(t.METHOD_NOT_FOUND, f"{name} does not run as a task: call it without `task`")
         ttl = params["task"].get("ttl") if isinstance(params["task"], Mapping) else None
@@ -122,9 +133,10 @@ async def _made(ctx: ServerRequestContext[Any, Any], call_next: CallNext, ttl_ms
     return result if pending.made is None else pending.made
 
 
-def install(server: Server[Any], board: Board) -> None:
-    """The `tasks/*` methods of both eras, and the middleware of 2025-11-25 tasks, on `server`."""
-    server.middleware.append(LegacyTasks())
+def install(server: Server[Any], board: Board, offered: Offered) -> None:
+    """The `tasks/*` methods of both eras, and the middleware of 2025-11-25 tasks, on `server`; `offered` finds the
+    tool a caller names, as the caller is offered it."""
+    server.middleware.append(LegacyTasks(offered))
     handlers = TaskMethods(board)
     server.add_request_handler("tasks/get", t.GetTaskRequestParams, handlers.get)
     server.add_request_handler("tasks/result", t.GetTaskPayloadRequestParams, handlers.result)
