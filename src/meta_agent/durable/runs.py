@@ -20,9 +20,16 @@ before the run's first write names it in the index, the row lapses again and the
 whose engine stops leaves the runs it resumed interrupted, for the next, as a stopping process leaves all its runs. The
 index takes the writes of the replica running a run only: one that lost it cannot end it. A resumed run has no caller:
 nobody hears its progress, its model cannot be the host's (sampling), and a call whose approval was not answered before
-is refused. Runs of another meta-agent version are left to the replicas of that version (DBOS refuses to replay them
-with other code): one that takes such a run lets go of it at once, so that during a deploy a replica of the old version
-finishes it; once none is left, it stays interrupted.
+is refused.
+
+Deploys: replicas give DBOS the durable-run format (durable/format.py: what a run's record holds, versioned apart from
+meta-agent's own version and bumped only when that changes) as their application version, and DBOS hands a queued run
+only to a replica of the version it was recorded under. So the replicas of two releases of one format finish each
+other's runs, and a run of another format is handed on as any other, to whichever replica of its format DBOS finds
+(a rolling deploy: one of the old release still serving). The run's row is marked for a span when it is handed on: a
+run still queued when it lapses again had a replica of its format poll DBOS's queue (every second) for none of that
+span, so none is left, and it is ended as failed, `NOT_RESUMABLE`, cancelled in DBOS first so that no replica of any
+format resumes it after; it is never left interrupted for good.
 
 A database outage: DBOS holds each step's write and retries it until the database is back (a step that completed
 meanwhile is recorded then, so it never runs again), and the run waits there; the run index keeps the run's row from
@@ -47,12 +54,13 @@ from meta_agent.core.events import Emit, Event, ToolCallStarted
 from meta_agent.core.result import RunResult
 from meta_agent.core.run_spec import RunBody, RunSpec
 from meta_agent.durable.faults import Lost, RunLost, unwrapped, without_traceback
+from meta_agent.durable.format import APPLICATION_VERSION
 from meta_agent.durable.steps import RunSteps
 from meta_agent.errors import ConfigError, summary
 from meta_agent.records.logs import route_through_ours
 from meta_agent.shared.text import plural
 from meta_agent.store.database import Sql
-from meta_agent.store.run_index import RunIndex, stopping
+from meta_agent.store.run_index import NOT_RESUMABLE, RunIndex, stopping
 from meta_agent.store.tasks import task_cancelled
 
 log = structlog.get_logger(__name__)
@@ -91,18 +99,15 @@ class DurableRuns(Generic[C]):
         replica: str,
         index: RunIndex,
         *,
-        version: str,
         max_resumes: int = MAX_RESUMES,
         check_every: float | None = None,
     ) -> None:
-        """`replica`: this process's name in DBOS (its executor id) and in the run index. `version`: runs started by
-        another version are not resumed here. `max_resumes`: how often a run is handed on after its replica stopped
-        before it is given up. `check_every`: how often to look for runs to resume (a third of the run index's mark
-        by default)."""
+        """`replica`: this process's name in DBOS (its executor id) and in the run index. `max_resumes`: how often a
+        run is handed on after its replica stopped before it is given up. `check_every`: how often to look for runs to
+        resume (a third of the run index's mark by default)."""
         self.url = url
         self.replica = replica
         self.index = index
-        self.version = version
         self.max_resumes = max_resumes
         self.check_every = check_every if check_every is not None else index.alive_seconds / 3
         self._body: RunBody[C] | None = None
@@ -110,7 +115,6 @@ class DurableRuns(Generic[C]):
         self._resumed: dict[asyncio.Task[Any], str] = {}  # the runs resumed here, by the task that runs each
         self._cancelling: set[str] = set()  # runs resumed here whose caller cancelled them (their task, elsewhere)
         self._watch: anyio.abc.TaskGroup | None = None
-        self._other_versions: set[str] = set()  # runs of another version, left to its replicas (said once)
 
     async def start(self, body: RunBody[C]) -> None:
         """Launch DBOS on this event loop (a resumed run runs on it), and look for runs to resume from now on.
@@ -129,7 +133,7 @@ class DurableRuns(Generic[C]):
                 "name": "meta-agent",
                 "system_database_url": self.url,
                 "executor_id": self.replica,
-                "application_version": self.version,
+                "application_version": APPLICATION_VERSION,  # DBOS hands a run only to replicas of its format
                 "log_level": "WARNING",
             }
         )
@@ -246,7 +250,9 @@ class DurableRuns(Generic[C]):
 
     async def _resume(self, run_id: str, replica: str) -> None:
         """Hand on the run `replica` ran and stopped renewing, unless another replica runs it already (DBOS names
-        who runs it: the replica that took it from its queue)."""
+        who runs it: the replica that took it from its queue). A run of another durable-run format is handed on as
+        any other, for DBOS to give to a replica of its format; still queued at the next look (a whole mark's span
+        later), none is left, and it is ended."""
         from dbos import DBOS
 
         try:
@@ -254,30 +260,42 @@ class DurableRuns(Generic[C]):
             if status is None:  # its replica died before the run's first record
                 await self.index.given_up(run_id, "interrupted before it started; it was not resumed")
                 return
-            if status.app_version not in (None, self.version):  # a replica of that version may take it (a deploy)
-                await self.index.release(run_id)
-                if run_id not in self._other_versions:
-                    self._other_versions.add(run_id)
-                    log.info("run_left", run_id=run_id, version=status.app_version)
-                return
             # PENDING here: this replica took it from DBOS's queue and runs it, and the run's first write, which
             # marks its row, has not come yet (a loaded machine, a short mark); only this process ends that execution
             if status.status == "PENDING" and status.executor_id == self.replica:
                 return
+            ours = status.app_version in (None, APPLICATION_VERSION)
+            # ENQUEUED, of another format: handed on at least a span ago (the take that did it marked the row for
+            # one), and no replica of its format took it from DBOS's queue since
+            stranded = status.status == "ENQUEUED" and not ours
             # PENDING elsewhere: `replica` ran it, or another replica took it from DBOS's queue and stopped before the
             # run's first write named it here (that write comes first, and the row was marked for a whole span since)
-            if status.status == "PENDING" and await anyio.to_thread.run_sync(
+            if (status.status == "PENDING" or stranded) and await anyio.to_thread.run_sync(
                 self.index.database.run, task_cancelled, run_id
             ):
                 await _cancelled(run_id)  # its MCP task was cancelled while no replica ran it
                 await self.index.given_up(run_id, "cancelled")
+            elif stranded:
+                await self._end_unresumable(run_id, status.app_version)
             elif status.status == "PENDING":
+                if not ours:
+                    log.info("run_left_to_its_format", run_id=run_id, format=status.app_version)
                 await self._hand_on(run_id, status.executor_id)
-            # ENQUEUED: DBOS gives it to a replica; ended: its row was left behind, its record says how it ended
+            # ENQUEUED, of this format: DBOS gives it to a replica; ended: its row was left behind, its record says how
             elif status.status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
                 await self.index.given_up(run_id, f"interrupted; its durable record says {status.status.lower()}")
         except Exception as exc:  # the next look tries again: the row's mark lapses again
             log.warning("run_not_resumed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+
+    async def _end_unresumable(self, run_id: str, version: str | None) -> None:
+        """End, as failed, a run recorded in another durable-run format (`version`) that no replica of that format is
+        left to finish: this code cannot replay its record. Cancelled in DBOS first, so that no replica of any format
+        resumes it after; its row then says why, in one line, to its task and to `meta-agent runs`."""
+        from dbos import DBOS
+
+        await DBOS.cancel_workflow_async(run_id)
+        await self.index.given_up(run_id, NOT_RESUMABLE)
+        log.warning("run_not_resumable", run_id=run_id, format=version, replica_format=APPLICATION_VERSION)
 
     async def _hand_on(self, run_id: str, replica: str | None) -> None:
         """Have DBOS resume the run, unless it has been resumed `max_resumes` times already: a run that took each of
