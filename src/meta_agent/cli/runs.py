@@ -70,7 +70,7 @@ def show_runs(args: argparse.Namespace) -> int:
                     return 0
                 raise
             lines = account(trace)
-            if trace.end is None and settings.database_url:  # ended elsewhere, maybe: a replica that did not run it
+            if settings.database_url and _unfinished(trace):  # it may have ended elsewhere since
                 lines += _ended_elsewhere(settings.database_url, args.run_id, _owner(args, issuer))
             print("\n".join(printable(line) for line in lines))
             if trace.skipped:
@@ -175,14 +175,21 @@ def _summary(state: RunState) -> RunSummary:
     )
 
 
+def _unfinished(trace: Trace) -> bool:
+    """Whether the run of a trace may have gone on elsewhere: it has no end, or ends cancelled, as a replica that
+    stops leaves its runs for another (which resumes it, gives it up, or ends it after an upgrade)."""
+    end = trace.end
+    return end is None or (isinstance(end, RunFinished) and end.result.stop_reason == "cancelled")
+
+
 def _ended_elsewhere(url: str, run_id: str, owner: str | None) -> list[str]:
-    """How the run index says a run ended whose trace here has no end: given up, or ended by an upgrade, by a replica
-    that never ran it (nothing, where it has not ended, or the database cannot be read: the trace says what it can)."""
+    """How the run index says a run ended whose trace here has no end of its own (nothing, where it has not ended, or
+    ended cancelled as the trace says, or the database cannot be read: the trace says what it can)."""
     try:
         state = _indexed(url, run_id, owner)
     except ConfigError:
         return []
-    if state is None or state.status != "done":
+    if state is None or state.status != "done" or state.error == "cancelled":
         return []
     return [f"then, says the run index: {line}" for line in _ending(state)]
 

@@ -53,6 +53,10 @@ RECORDED = (RunSpec, RunResult, ModelResponse, ToolOutcome, Verdict)
 
 # The fingerprint of `shapes()` for each format, oldest first: format N is FORMATS[N - 1].
 FORMATS = ("27367d491e840962",)
+# The durable-run format. Bumped (by appending to FORMATS) when, and only when, what a run records changes: which steps
+# it records, their order or names (RECORD), the module, name or fields of a class a step's input or outcome pickles
+# (ModelResponse, ToolOutcome, Verdict, RunSpec, RunResult and what they hold), or an error class a step may raise.
+# Never for a release that changes none of these: its replicas and the older ones then resume each other's runs.
 RUN_FORMAT = len(FORMATS)
 # The version DBOS records each run under, and hands a run only to replicas of.
 APPLICATION_VERSION = f"run-format-{RUN_FORMAT}"

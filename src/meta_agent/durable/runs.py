@@ -26,9 +26,9 @@ Deploys: replicas give DBOS the durable-run format (durable/format.py: what a ru
 meta-agent's own version and bumped only when that changes) as their application version, and DBOS hands a queued run
 only to a replica of the version it was recorded under. So the replicas of two releases of one format finish each
 other's runs, and a run of another format is handed on as any other, to whichever replica of its format DBOS finds
-(a rolling deploy: one of the old release still serving). The run's row is marked for a span when it is handed on: a
-run still queued when it lapses again had a replica of its format poll DBOS's queue (every second) for none of that
-span, so none is left, and it is ended as failed, `NOT_RESUMABLE`, cancelled in DBOS first so that no replica of any
+(a rolling deploy: one of the old release still serving). Every replica polls DBOS's queue every second: a run still
+queued STRANDED_SECONDS after it was handed on (seen at a later look, once its row's mark lapses again) has no replica
+of its format left, and it is ended as failed, `NOT_RESUMABLE`, cancelled in DBOS first so that no replica of any
 format resumes it after; it is never left interrupted for good.
 
 A database outage: DBOS holds each step's write and retries it until the database is back (a step that completed
@@ -71,6 +71,9 @@ MAX_RESUMES = 3  # hand-ons of a run after its replica stopped before it is give
 # A look for runs to resume that failed (the database unreachable) is tried again this soon, at most: the replica's
 # /health says 503 until one goes through.
 RETRY_SECONDS = 1.0
+# A run of another durable-run format still queued this long after it was handed on has no replica of its format left:
+# each replica polls DBOS's queue every second (DBOS's default), so a live one would have taken it ten times over.
+STRANDED_SECONDS = 10.0
 
 
 _active: DurableRuns[Any] | None = None  # DBOS is one per process, and so is this
@@ -251,8 +254,8 @@ class DurableRuns(Generic[C]):
     async def _resume(self, run_id: str, replica: str) -> None:
         """Hand on the run `replica` ran and stopped renewing, unless another replica runs it already (DBOS names
         who runs it: the replica that took it from its queue). A run of another durable-run format is handed on as
-        any other, for DBOS to give to a replica of its format; still queued at the next look (a whole mark's span
-        later), none is left, and it is ended."""
+        any other, for DBOS to give to a replica of its format; still queued STRANDED_SECONDS later, none is left,
+        and it is ended."""
         from dbos import DBOS
 
         try:
@@ -265,9 +268,9 @@ class DurableRuns(Generic[C]):
             if status.status == "PENDING" and status.executor_id == self.replica:
                 return
             ours = status.app_version in (None, APPLICATION_VERSION)
-            # ENQUEUED, of another format: handed on at least a span ago (the take that did it marked the row for
-            # one), and no replica of its format took it from DBOS's queue since
-            stranded = status.status == "ENQUEUED" and not ours
+            # ENQUEUED, of another format, for STRANDED_SECONDS: no replica of its format took it from DBOS's queue
+            # (sooner, the row's mark lapses again, and the next look sees)
+            stranded = status.status == "ENQUEUED" and not ours and await self._queued_long(run_id)
             # PENDING elsewhere: `replica` ran it, or another replica took it from DBOS's queue and stopped before the
             # run's first write named it here (that write comes first, and the row was marked for a whole span since)
             if (status.status == "PENDING" or stranded) and await anyio.to_thread.run_sync(
@@ -286,6 +289,12 @@ class DurableRuns(Generic[C]):
                 await self.index.given_up(run_id, f"interrupted; its durable record says {status.status.lower()}")
         except Exception as exc:  # the next look tries again: the row's mark lapses again
             log.warning("run_not_resumed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+
+    async def _queued_long(self, run_id: str) -> bool:
+        """Whether the run has been in DBOS's queue STRANDED_SECONDS since it was handed on, by the database's clock
+        (replicas' clocks may disagree)."""
+        queued = await anyio.to_thread.run_sync(self.index.database.run, _queued_seconds, run_id)
+        return queued is not None and queued >= STRANDED_SECONDS
 
     async def _end_unresumable(self, run_id: str, version: str | None) -> None:
         """End, as failed, a run recorded in another durable-run format (`version`) that no replica of that format is
@@ -339,6 +348,15 @@ def _record_times(sql: Sql, run_id: str) -> tuple[float | None, list[float]]:
     )
     started = None if created is None or created[0] is None else created[0] / 1000
     return started, [row[0] / 1000 for row in rows]
+
+
+def _queued_seconds(sql: Sql, run_id: str) -> float | None:
+    """How long ago the run's DBOS record last changed, by the database's clock: for a queued run, how long it has
+    waited in the queue (DBOS writes `updated_at`, milliseconds since the epoch, when it enqueues a run)."""
+    row = sql.one(
+        f"select {sql.clock} - updated_at / 1000.0 from dbos.workflow_status where workflow_uuid = ?", (run_id,)
+    )
+    return None if row is None or row[0] is None else float(row[0])
 
 
 async def _cancelled(run_id: str) -> None:
