@@ -23,10 +23,11 @@ from replicas import done_run, fault_config, replica, replica_environ
 
 from meta_agent.config.servers import ServerEntry, load_servers
 from meta_agent.config.settings import Settings
+from meta_agent.durable.format import APPLICATION_VERSION
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError
 from meta_agent.store.database import PostgresDatabase
-from meta_agent.store.run_index import RunIndex
+from meta_agent.store.run_index import NOT_RESUMABLE, RunIndex
 
 pytestmark = pytest.mark.anyio
 
@@ -327,28 +328,25 @@ async def test_a_run_whose_next_replica_stops_before_running_it_is_handed_on_aga
     assert log.count("run_resumed") == 1
 
 
-async def test_a_run_of_another_version_is_left_to_a_replica_of_that_version(
+async def test_a_run_of_another_format_with_no_replica_of_it_left_is_ended_as_failed_not_left_interrupted(
     database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
 ) -> None:
-    """A deploy: the run was started by another meta-agent version, whose code DBOS must replay it with. A replica of
-    this version lets go of it each time it takes it (the run is not given up), and a replica of that version (here:
-    the record says this version again) finishes it."""
+    """An upgrade whose durable-run format changed, after the last replica of the older format died: the run is
+    handed on for DBOS to give to a replica of its format, a lease later it is still queued, and it is ended as
+    failed, in one line, and cancelled in DBOS; nothing of it runs again. (tests/durable/test_durable_upgrades.py
+    runs two installed releases.)"""
     waiting = await killed_while_waiting(database_url, pg_cluster, llm, tmp_path)
     workflow = f"workflow_uuid = '{waiting.run_id}'"
-    version = pg_cluster.psql(database_url, f"select application_version from dbos.workflow_status where {workflow}")
-    pg_cluster.psql(database_url, f"update dbos.workflow_status set application_version = 'older' where {workflow}")
+    version = f"select application_version from dbos.workflow_status where {workflow}"
+    assert pg_cluster.psql(database_url, version) == APPLICATION_VERSION
+    pg_cluster.psql(
+        database_url, f"update dbos.workflow_status set application_version = 'run-format-0' where {workflow}"
+    )
     with replica(waiting.config, waiting.environ) as (_, url, log):
-        with anyio.fail_after(30):
-            while log.count("run_left") < 1:
-                await anyio.sleep(0.05)
-        index = RunIndex(PostgresDatabase(database_url), "reader")
-        state = await index.read(waiting.run_id, owner=None)  # whoever's it is
-        index.database.close()
-        # interrupted, or running for the instant between a take and its release: not done
-        assert state is not None and state.status != "done" and state.error is None, state
-        assert pg_cluster.psql(database_url, f"select status from dbos.workflow_status where {workflow}") == "PENDING"
-        pg_cluster.psql(
-            database_url, f"update dbos.workflow_status set application_version = '{version}' where {workflow}"
-        )
-        await finish(waiting, llm, url)
-    assert log.count("run_left") == 1
+        run = await done_run(url, waiting.run_id)
+        assert log.count("run_left_to_its_format") == 1 and log.count("run_not_resumable") == 1
+        assert log.count("run_resumed") == 0
+    assert run["error"] == NOT_RESUMABLE and run["result"] is None, run
+    assert pg_cluster.psql(database_url, f"select status from dbos.workflow_status where {workflow}") == "CANCELLED"
+    assert waiting.changes.read_text() == "changed\n"
+    assert len(llm.requests) == 2  # the turns before the kill, and none since

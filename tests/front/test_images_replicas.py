@@ -1,7 +1,7 @@
 """A run's images across replicas: two `meta-agent serve --transport http` on one PostgreSQL database, image_gen through
 the real openai SDK to a fake images endpoint on 127.0.0.1. A run made on one replica, read through the other (the
 resource meta-agent://runs/{run_id} with the SDK's real Client; a 2025-11-25 task's `tasks/result` and a 2026-07-28
-task's `tasks/get` in raw JSON-RPC, as tests/front/test_tasks_replicas.py speaks them), carries the images the call
+task's `tasks/get` in raw JSON-RPC, as tests/task_hosts.py speaks them), carries the images the call
 on the first returned: the same base64, media types and order, in the same content. Another subject reads none of
 it."""
 
@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from replicas import replica, replica_environ
-from test_tasks_replicas import LEGACY, MODERN, TERMINAL, caller
+from task_hosts import LEGACY, MODERN, TERMINAL, caller
 
 pytestmark = pytest.mark.anyio
 

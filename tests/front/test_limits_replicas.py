@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from fake_llm import FakeLLM
 from replicas import replica_environ, replicas
+from task_hosts import LEGACY, MODERN, TERMINAL, Caller, caller
 from test_task_limits import Burst, held, wait_for
-from test_tasks_replicas import LEGACY, MODERN, TERMINAL, Caller, caller
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,8 @@ from conftest import openai_env, serving_asgi
 from fake_llm import FakeLLM
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from task_hosts import LEGACY, MODERN, Era, caller
 from test_tasks import Raw
-from test_tasks_replicas import LEGACY, MODERN, Era, caller
 
 from meta_agent.config.settings import Settings
 from meta_agent.front.http.app import http_app

@@ -20,20 +20,9 @@ from fake_llm import FakeLLM, openai_reply
 from mcp import Client
 from postgres_cluster import Cluster
 from replicas import done_run, fault_config, replica, replica_environ
+from task_hosts import BOUND, LEGACY, MODERN, TERMINAL, Era, answer_of, caller, empty, updated
 from test_tasks_clients import TS_CLIENT, TS_SDK, hosting
-from test_tasks_replicas import (
-    BOUND,
-    LEGACY,
-    MODERN,
-    TERMINAL,
-    Era,
-    answer_of,
-    caller,
-    empty,
-    refused,
-    result_answering,
-    updated,
-)
+from test_tasks_replicas import refused, result_answering
 
 from meta_agent.durable.steps import NOBODY_TO_ASK
 

@@ -72,7 +72,10 @@ def show_runs(args: argparse.Namespace) -> int:
                     print("\n".join(printable(line) for line in indexed_account(state)))
                     return 0
                 raise
-            print("\n".join(printable(line) for line in account(trace)))
+            lines = account(trace)
+            if settings.database_url and _unfinished(trace):  # it may have ended elsewhere since
+                lines += _ended_elsewhere(settings.database_url, args.run_id, _owner(args, issuer))
+            print("\n".join(printable(line) for line in lines))
             if trace.skipped:
                 note(f"runs show: {plural(trace.skipped, 'unreadable record')} skipped in {args.run_id}.jsonl")
             return 0
@@ -97,6 +100,8 @@ def show_runs(args: argparse.Namespace) -> int:
         if args.all:
             line = f"{line}  [{owners[index]}]"
         print(printable(line))  # a trace's text cannot reach the terminal as control characters
+        if run.error is not None:  # why it failed, on a line of its own: the columns have no room for it
+            print(printable(f"    failed: {one_line(run.error, SHOWN)}"))
     if listing.skipped_files or listing.skipped_records:
         note(f"runs: {_skipped(listing)}")
     if left_out is not None and (left_out or not listing.runs):
@@ -185,7 +190,27 @@ def _summary(state: RunState) -> RunSummary:
         steps=len(result.get("steps") or ()),
         tokens=int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)),
         seconds=usage["duration_ms"] / 1000 if "duration_ms" in usage else None,
+        error=None if state.error == "cancelled" else state.error,
     )
+
+
+def _unfinished(trace: Trace) -> bool:
+    """Whether the run of a trace may have gone on elsewhere: it has no end, or ends cancelled, as a replica that
+    stops leaves its runs for another (which resumes it, gives it up, or ends it after an upgrade)."""
+    end = trace.end
+    return end is None or (isinstance(end, RunFinished) and end.result.stop_reason == "cancelled")
+
+
+def _ended_elsewhere(url: str, run_id: str, owner: str | None) -> list[str]:
+    """How the run index says a run ended whose trace here has no end of its own (nothing, where it has not ended, or
+    ended cancelled as the trace says, or the database cannot be read: the trace says what it can)."""
+    try:
+        state = _indexed(url, run_id, owner)
+    except ConfigError:
+        return []
+    if state is None or state.status != "done" or state.error == "cancelled":
+        return []
+    return [f"then, says the run index: {line}" for line in _ending(state)]
 
 
 def indexed_account(state: RunState) -> list[str]:
@@ -200,13 +225,17 @@ def indexed_account(state: RunState) -> list[str]:
         for call in step.get("tool_calls") or ():
             outcome = "ok" if call.get("ok") else f"error: {_short(call.get('error') or '')}"
             lines.append(f"step {step.get('index')} · {call.get('name')} {outcome} ({call.get('duration_ms')} ms)")
+    return lines + _ending(state)
+
+
+def _ending(state: RunState) -> list[str]:
+    """How the run is, or how it ended, as the run index says."""
+    result = state.result or {}
     if state.status != "done":
-        lines.append(f"{state.status} · since {state.updated}")
-    elif state.error is not None:
-        lines.append(f"failed · {_short(state.error)}")
-    else:
-        lines += [f"done · {result.get('stop_reason')}", f"answer: {_short(str(result.get('answer', '')))}"]
-    return lines
+        return [f"{state.status} · since {state.updated}"]
+    if state.error is not None:
+        return [f"failed · {_short(state.error)}"]
+    return [f"done · {result.get('stop_reason')}", f"answer: {_short(str(result.get('answer', '')))}"]
 
 
 # -- one run told ----------------------------------------------------------------------------------------------------

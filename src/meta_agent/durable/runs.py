@@ -28,9 +28,14 @@ later step DBOS refuses, wherever it runs; its replica, told at once, stops it t
 task first: a cancel that landed while no replica ran it (between its hand-on and its start, which DBOS's resume would
 undo) ends it before its first step.
 
-Runs of another meta-agent version are left to the replicas of that version (DBOS refuses to replay them with other
-code): one that takes such a run lets go of it at once, so that during a deploy a replica of the old version
-finishes it; once none is left, it stays interrupted.
+Deploys: replicas give DBOS the durable-run format (durable/format.py: what a run's record holds, versioned apart from
+meta-agent's own version and bumped only when that changes) as their application version, and DBOS hands a queued run
+only to a replica of the version it was recorded under. So the replicas of two releases of one format finish each
+other's runs, and a run of another format is handed on as any other, to whichever replica of its format DBOS finds
+(a rolling deploy: one of the old release still serving). Every replica polls DBOS's queue every second: a run still
+queued STRANDED_SECONDS after it was handed on (seen at a later look, once its row's mark lapses again) has no replica
+of its format left, and it is ended as failed, `NOT_RESUMABLE`, cancelled in DBOS first so that no replica of any
+format resumes it after; it is never left interrupted for good.
 
 A database outage: DBOS holds each step's write and retries it until the database is back (a step that completed
 meanwhile is recorded then, so it never runs again), and the run waits there; the run index keeps the run's row from
@@ -55,12 +60,13 @@ from meta_agent.core.events import Emit, Event, ToolCallStarted
 from meta_agent.core.result import RunResult
 from meta_agent.core.run_spec import RunBody, RunSpec
 from meta_agent.durable.faults import Lost, RunLost, cancelled_error, is_cancel, unwrapped, without_traceback
+from meta_agent.durable.format import APPLICATION_VERSION
 from meta_agent.durable.steps import RunSteps
 from meta_agent.errors import ConfigError, RunCancelled, summary
 from meta_agent.records.logs import route_through_ours
 from meta_agent.shared.text import plural
 from meta_agent.store.database import Sql
-from meta_agent.store.run_index import RunIndex, stopping
+from meta_agent.store.run_index import NOT_RESUMABLE, RunIndex, stopping
 from meta_agent.store.tasks import task_cancelled
 
 log = structlog.get_logger(__name__)
@@ -71,6 +77,9 @@ MAX_RESUMES = 3  # hand-ons of a run after its replica stopped before it is give
 # A look for runs to resume that failed (the database unreachable) is tried again this soon, at most: the replica's
 # /health says 503 until one goes through.
 RETRY_SECONDS = 1.0
+# A run of another durable-run format still queued this long after it was handed on has no replica of its format left:
+# each replica polls DBOS's queue every second (DBOS's default), so a live one would have taken it ten times over.
+STRANDED_SECONDS = 10.0
 
 
 _active: DurableRuns[Any] | None = None  # DBOS is one per process, and so is this
@@ -99,18 +108,15 @@ class DurableRuns(Generic[C]):
         replica: str,
         index: RunIndex,
         *,
-        version: str,
         max_resumes: int = MAX_RESUMES,
         check_every: float | None = None,
     ) -> None:
-        """`replica`: this process's name in DBOS (its executor id) and in the run index. `version`: runs started by
-        another version are not resumed here. `max_resumes`: how often a run is handed on after its replica stopped
-        before it is given up. `check_every`: how often to look for runs to resume (a third of the run index's mark
-        by default)."""
+        """`replica`: this process's name in DBOS (its executor id) and in the run index. `max_resumes`: how often a
+        run is handed on after its replica stopped before it is given up. `check_every`: how often to look for runs to
+        resume (a third of the run index's mark by default)."""
         self.url = url
         self.replica = replica
         self.index = index
-        self.version = version
         self.max_resumes = max_resumes
         self.check_every = check_every if check_every is not None else index.alive_seconds / 3
         self._body: RunBody[C] | None = None
@@ -118,7 +124,6 @@ class DurableRuns(Generic[C]):
         self._resumed: dict[asyncio.Task[Any], str] = {}  # the runs resumed here, by the task that runs each
         self._cancelling: set[str] = set()  # runs resumed here whose caller cancelled them (their task, elsewhere)
         self._watch: anyio.abc.TaskGroup | None = None
-        self._other_versions: set[str] = set()  # runs of another version, left to its replicas (said once)
 
     async def start(self, body: RunBody[C]) -> None:
         """Launch DBOS on this event loop (a resumed run runs on it), and look for runs to resume from now on.
@@ -137,7 +142,7 @@ class DurableRuns(Generic[C]):
                 "name": "meta-agent",
                 "system_database_url": self.url,
                 "executor_id": self.replica,
-                "application_version": self.version,
+                "application_version": APPLICATION_VERSION,  # DBOS hands a run only to replicas of its format
                 "log_level": "WARNING",
             }
         )
@@ -283,7 +288,9 @@ class DurableRuns(Generic[C]):
 
     async def _resume(self, run_id: str, replica: str) -> None:
         """Hand on the run `replica` ran and stopped renewing, unless another replica runs it already (DBOS names
-        who runs it: the replica that took it from its queue)."""
+        who runs it: the replica that took it from its queue). A run of another durable-run format is handed on as
+        any other, for DBOS to give to a replica of its format; still queued STRANDED_SECONDS later, none is left,
+        and it is ended."""
         from dbos import DBOS
 
         try:
@@ -291,34 +298,52 @@ class DurableRuns(Generic[C]):
             if status is None:  # its replica died before the run's first record
                 await self.index.given_up(run_id, "interrupted before it started; it was not resumed")
                 return
-            if status.app_version not in (None, self.version):  # a replica of that version may take it (a deploy)
-                await self.index.release(run_id)
-                if run_id not in self._other_versions:
-                    self._other_versions.add(run_id)
-                    log.info("run_left", run_id=run_id, version=status.app_version)
-                return
             # PENDING here: this replica took it from DBOS's queue and runs it, and the run's first write, which
             # marks its row, has not come yet (a loaded machine, a short mark); only this process ends that execution
             if status.status == "PENDING" and status.executor_id == self.replica:
                 return
+            ours = status.app_version in (None, APPLICATION_VERSION)
+            # ENQUEUED, of another format, for STRANDED_SECONDS: no replica of its format took it from DBOS's queue
+            # (sooner, the row's mark lapses again, and the next look sees)
+            stranded = status.status == "ENQUEUED" and not ours and await self._queued_long(run_id)
             # PENDING elsewhere: `replica` ran it, or another replica took it from DBOS's queue and stopped before the
             # run's first write named it here (that write comes first, and the row was marked for a whole span since)
-            if status.status == "PENDING" and await anyio.to_thread.run_sync(
+            if (status.status == "PENDING" or stranded) and await anyio.to_thread.run_sync(
                 self.index.database.run, task_cancelled, run_id
             ):
                 await _cancelled(run_id)  # its MCP task was cancelled while no replica ran it
                 await self.index.given_up(run_id, "cancelled")
+            elif stranded:
+                await self._end_unresumable(run_id, status.app_version)
             elif status.status == "PENDING":
+                if not ours:
+                    log.info("run_left_to_its_format", run_id=run_id, format=status.app_version)
                 await self._hand_on(run_id, status.executor_id)
-            # ENQUEUED: DBOS gives it to a replica; ended: its row was left behind, its record says how it ended
             elif status.status == "CANCELLED" and await anyio.to_thread.run_sync(
                 self.index.database.run, task_cancelled, run_id
             ):
                 await self.index.given_up(run_id, "cancelled")  # its task was, while no replica ran it
+            # ENQUEUED, of this format: DBOS gives it to a replica; ended: its row was left behind, its record says how
             elif status.status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
                 await self.index.given_up(run_id, f"interrupted; its durable record says {status.status.lower()}")
         except Exception as exc:  # the next look tries again: the row's mark lapses again
             log.warning("run_not_resumed", run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+
+    async def _queued_long(self, run_id: str) -> bool:
+        """Whether the run has been in DBOS's queue STRANDED_SECONDS since it was handed on, by the database's clock
+        (replicas' clocks may disagree)."""
+        queued = await anyio.to_thread.run_sync(self.index.database.run, _queued_seconds, run_id)
+        return queued is not None and queued >= STRANDED_SECONDS
+
+    async def _end_unresumable(self, run_id: str, version: str | None) -> None:
+        """End, as failed, a run recorded in another durable-run format (`version`) that no replica of that format is
+        left to finish: this code cannot replay its record. Cancelled in DBOS first, so that no replica of any format
+        resumes it after; its row then says why, in one line, to its task and to `meta-agent runs`."""
+        from dbos import DBOS
+
+        await DBOS.cancel_workflow_async(run_id)
+        await self.index.given_up(run_id, NOT_RESUMABLE)
+        log.warning("run_not_resumable", run_id=run_id, format=version, replica_format=APPLICATION_VERSION)
 
     async def _hand_on(self, run_id: str, replica: str | None) -> None:
         """Have DBOS resume the run, unless it has been resumed `max_resumes` times already: a run that took each of
@@ -362,6 +387,15 @@ def _record_times(sql: Sql, run_id: str) -> tuple[float | None, list[float]]:
     )
     started = None if created is None or created[0] is None else created[0] / 1000
     return started, [row[0] / 1000 for row in rows]
+
+
+def _queued_seconds(sql: Sql, run_id: str) -> float | None:
+    """How long ago the run's DBOS record last changed, by the database's clock: for a queued run, how long it has
+    waited in the queue (DBOS writes `updated_at`, milliseconds since the epoch, when it enqueues a run)."""
+    row = sql.one(
+        f"select {sql.clock} - updated_at / 1000.0 from dbos.workflow_status where workflow_uuid = ?", (run_id,)
+    )
+    return None if row is None or row[0] is None else float(row[0])
 
 
 async def _cancelled(run_id: str) -> None:

@@ -39,7 +39,6 @@ from meta_agent.store.conversations import default_path as default_conversations
 from meta_agent.store.database import LOCAL_OWNER, open_database
 from meta_agent.store.run_index import RunIndex
 from meta_agent.toolbox.live import LiveToolbox, learn_webhook_secrets
-from meta_agent.version import __version__
 
 if TYPE_CHECKING:
     from meta_agent.durable.runs import DurableRuns
@@ -126,9 +125,7 @@ class Engine:
         if settings.database_url:
             from meta_agent.durable.runs import DurableRuns
 
-            self.durable = DurableRuns(
-                settings.database_url, replica, self.index, version=__version__, max_resumes=settings.max_resumes
-            )
+            self.durable = DurableRuns(settings.database_url, replica, self.index, max_resumes=settings.max_resumes)
         self.trace_dir = settings.trace_dir or default_trace_dir()
         self.runs = Runs(
             settings,

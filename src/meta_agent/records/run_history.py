@@ -154,6 +154,7 @@ class RunSummary:
     steps: int
     tokens: int
     seconds: float | None
+    error: str | None = None  # why a run that ended without its result ended, in one line (not for one cancelled)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,6 +227,7 @@ def _summary(run_id: str, trace: Trace) -> RunSummary | None:
         steps=len(result.steps) if result else 0,
         tokens=result.usage.input_tokens + result.usage.output_tokens if result else 0,
         seconds=_seconds(started, trace.records[-1].ts),
+        error=end.error if isinstance(end, RunFailed) else None,
     )
 
 

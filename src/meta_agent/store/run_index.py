@@ -45,6 +45,9 @@ ALIVE_SECONDS = 30.0
 # owner's mark must be renewed well within the span other replicas wait before taking lapsed runs.
 RETRY_SECONDS = 1.0
 RunStatus = Literal["running", "interrupted", "done"]
+# Why a durable run ended that an upgrade left to nobody: recorded in another durable-run format (durable/format.py),
+# with no replica of that format left to finish it. What its task and `meta-agent runs` say.
+NOT_RESUMABLE = "interrupted by an upgrade that cannot resume it; run it again"
 # Set once this process is stopping (a signal): its runs, cancelled by that, are interrupted, not done.
 _stopping = False
 
@@ -153,11 +156,6 @@ class RunIndex:
             self.database.errors: the database cannot be reached.
         """
         return await anyio.to_thread.run_sync(self.database.run, _resumed, run_id)
-
-    async def release(self, run_id: str) -> None:
-        """Let go of the run `run_id` taken by `take_lapsed` without handing it on: its mark lapses at once, for the
-        next replica's look."""
-        await self._write(_alive, run_id, None, None)
 
     async def take_lapsed(self) -> list[tuple[str, str]]:
         """The runs still `running` whose mark lapsed (their replica stopped), each with the replica that ran it;
@@ -282,14 +280,12 @@ def _take_lapsed(sql: Sql, alive_seconds: float) -> list[tuple[str, str]]:
 # another replica took the run over) cannot renew, leave or end it under the one running it now.
 
 
-def _alive(sql: Sql, run_id: str, replica: str | None, alive_seconds: float | None) -> None:
-    """The run's mark, `alive_seconds` from now; None: lapsed at once (a run left for another replica). `replica`
-    None: whoever runs it (a run let go by the replica that took it)."""
-    mine = "" if replica is None else " and replica = ?"
+def _alive(sql: Sql, run_id: str, replica: str, alive_seconds: float | None) -> None:
+    """The run's mark, `alive_seconds` from now; None: lapsed at once (a run left for another replica)."""
     until = "0" if alive_seconds is None else f"{sql.clock} + ?"
     sql.execute(
-        f"update runs set alive_until = {until} where id = ? and status = 'running'{mine}",
-        (*(() if alive_seconds is None else (alive_seconds,)), run_id, *(() if replica is None else (replica,))),
+        f"update runs set alive_until = {until} where id = ? and status = 'running' and replica = ?",
+        (*(() if alive_seconds is None else (alive_seconds,)), run_id, replica),
     )
 
 

@@ -34,6 +34,7 @@ from meta_agent.shared.ids import random_ulid
 from meta_agent.store.database import now
 from meta_agent.store.parking import Note, SharedRounds
 from meta_agent.store.run_events import RunEvents
+from meta_agent.store.run_index import NOT_RESUMABLE
 from meta_agent.store.tasks import TaskRow, TaskRows
 
 log = structlog.get_logger(__name__)
@@ -368,6 +369,8 @@ class TaskBoard:
             return replace(base, status="done", result=stored_result(run))
         if run.error == "cancelled":  # not by its caller (row.cancelled): reaped unanswered, or the server stopped
             return replace(base, status="lost", message=STOPPED)
+        if run.error == NOT_RESUMABLE:  # ended by an upgrade, not by what it did: failed, as a run whose process died
+            return replace(base, status="lost", message=NOT_RESUMABLE)
         return replace(base, status="done", result=kept or tool_error(run.error or "the run ended without a result"))
 
     async def _remote_view(self, row: TaskRow, base: TaskView) -> TaskView:
