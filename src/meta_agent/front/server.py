@@ -200,6 +200,8 @@ class MetaAgentServer(MCPServer[Front]):
         if (pending := PENDING.get()) is not None and context is not None:
             start = partial(self._start_task, name, arguments, context, pending.ttl_ms)
             pending.made = await unless_caller_leaves(context, start)  # a caller gone first: its task never runs
+            if pending.made is None:  # as below: nobody should read it, but never an empty success
+                return tool_error("the caller went away; the call was cancelled")
             return t.CallToolResult(content=[])  # never sent: the task is (meta_agent.front.tasks.protocol)
         result = await unless_caller_leaves(context, partial(self._call, name, arguments, context))
         # Nobody reads this one: the SDK drops an answer to a closed stream.
