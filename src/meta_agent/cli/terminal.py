@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # types only: the main module imports this one, and must not 
     from meta_agent.children.supervisor import ChildStatus
     from meta_agent.config.servers import WebhookEntry
     from meta_agent.core.tools import ToolSpec
+    from meta_agent.providers.model_check import ModelVerdict
     from meta_agent.toolbox.build import Toolbox
 
 EXIT_FAILED = 1
@@ -119,6 +120,17 @@ def check_line(status: ChildStatus, paint: Paint) -> str:
     if status.state == "disabled":
         return paint("disabled", "dim")
     return f"{paint(status.state, 'red')}  {status.error}"
+
+
+def print_models(setting: str | None, models: Sequence[ModelVerdict], out: TextIO) -> None:
+    """`check`'s model lines: the setting, then each model of it with its state and why."""
+    paint = paint_for(out)
+    print(f"META_AGENT_MODEL={setting}" if (setting or "").strip() else "META_AGENT_MODEL is not set", file=out)
+    width = max(len(model.model) for model in models)
+    colours = {"ready": "green", "failed": "red", "host": "yellow"}
+    for model in models:
+        state = paint(model.state.ljust(6), colours[model.state])
+        print(f"  {model.model.ljust(width)}  {state}  {model.detail}", file=out, flush=True)
 
 
 def webhook_line(entry: WebhookEntry, paint: Paint) -> str:
