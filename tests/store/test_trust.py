@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +92,10 @@ def test_bad_trust_commands_exit_2(tmp_path: Path, args: list[str], message: str
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("{", "servers.trust.json:1:2: invalid JSON (line 1, column 2): the text ends before every '{' and '[' is closed"),
+        (
+            "{",
+            "servers.trust.json:1:2: invalid JSON (line 1, column 2): the text ends before every '{' and '[' is closed",
+        ),
         ("[]", 'expected {"tools": {...}}'),
         ('{"tools": []}', 'expected {"tools": {...}}'),
         (
@@ -220,7 +223,10 @@ async def test_a_trust_file_that_cannot_be_read_fails_closed(tmp_path: Path) -> 
         assert box.by_name["f.echo"].trust_source == (
             "meta-agent trust 'never' as last read; the trust file cannot be read now"
         )
-        assert re.fullmatch(rf"{re.escape(str(path))}:\d+:\d+: invalid JSON \(line \d+, column \d+\): an extra comma; .*", box.problems[0])
+        assert re.fullmatch(
+            rf"{re.escape(str(path))}:\d+:\d+: invalid JSON \(line \d+, column \d+\): an extra comma; .*",
+            box.problems[0],
+        )
         assert engine.toolbox.describe()["trust_file"] == {"path": str(path), "problem": box.problems[0]}
 
         path.write_text(path.read_text().replace(",,", ","))  # fixed

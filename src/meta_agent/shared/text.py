@@ -14,8 +14,10 @@ def one_line(text: str, limit: int | None = None, *, at_a_word: bool = False) ->
     if limit is None or len(line) <= limit:
         return line
     head = line[: limit - 1]
-    if at_a_word and (space := head.rfind(" ", limit // 2)) > 0:
-        head = head[:space].rstrip(",;:")
+    if at_a_word:
+        if line[limit - 1] != " " and (space := head.rfind(" ", limit // 2)) > 0:  # the cut is inside a word
+            head = head[:space]
+        head = head.rstrip(",;: ")
     return f"{head}…"
 
 
