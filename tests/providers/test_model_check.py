@@ -38,6 +38,11 @@ def test_no_model_set_says_what_a_run_needs_and_fails_nothing() -> None:
     assert (model, state) == ("none", "host")
     assert detail.startswith("a run needs the host's own model (a host of `meta-agent serve` that offers MCP sampling")
     assert "without which `meta-agent run` cannot start: set META_AGENT_MODEL" in detail
+    # and how to go without a key, as `run` says it too
+    assert detail.endswith(
+        "without a key, a model server on this machine: OPENAI_BASE_URL=http://127.0.0.1:8080/v1 with"
+        " META_AGENT_MODEL=openai:NAME, or Ollama at OLLAMA_HOST"
+    )
 
 
 @pytest.mark.parametrize(
