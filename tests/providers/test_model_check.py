@@ -118,6 +118,13 @@ def test_a_local_server_that_is_not_there_or_misaddressed_fails() -> None:
     assert state == "failed" and detail.endswith("point OLLAMA_HOST at it")
 
 
+def test_a_base_url_is_told_without_its_credentials() -> None:
+    port = free_port()
+    ((_, _, detail),) = verdicts("openai:m", OPENAI_BASE_URL=f"http://user:s3cret@127.0.0.1:{port}/v1?key=k2")
+    assert detail.startswith(f"nothing answers at http://127.0.0.1:{port}/v1")
+    assert "s3cret" not in detail and "k2" not in detail
+
+
 def test_a_base_url_without_v1_is_told(llm: FakeLLM) -> None:
     ((_, state, detail),) = verdicts("openai:qwen3", OPENAI_BASE_URL=llm.url)
     assert (state, detail) == (
