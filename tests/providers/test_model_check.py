@@ -207,10 +207,11 @@ def test_a_huge_model_list_is_read_only_so_far() -> None:
     assert (state, detail) == ("ready", f"{llm.url}/v1/models answers")  # cut, so not a list to read names from
 
 
-def test_a_hostile_model_list_cannot_break_the_line() -> None:
-    with FakeLLM(models=("evil\nmeta-agent: all fine " + "x" * 500,)) as llm:
+def test_a_hostile_model_list_cannot_break_the_line_or_reach_the_terminal() -> None:
+    with FakeLLM(models=("evil\nmeta-agent: all fine \x1b[2J" + "x" * 500,)) as llm:
         ((_, _, detail),) = verdicts("openai:m", OPENAI_BASE_URL=f"{llm.url}/v1")
-    assert "\n" not in detail and len(detail) < 300, detail
+    assert "\n" not in detail and "\x1b" not in detail and len(detail) < 300, detail
+    assert "evil meta-agent: all fine \\x1b[2J" in detail
 
 
 # -- the command: its lines and exit codes --------------------------------------------------------------------------

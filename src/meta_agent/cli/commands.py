@@ -128,8 +128,8 @@ async def list_tools(args: argparse.Namespace, settings: Settings, servers: dict
 
 
 async def check_servers(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
-    """The model first (could a run start?), then each child as it starts or fails, then the webhooks; exit 1 when a
-    run could not start for want of a model, or a child failed."""
+    """Each child as it starts or fails, the webhooks, then the model, looked at while the children start (could a
+    run start?); exit 1 when a child failed, or no model of META_AGENT_MODEL can be used."""
     out = sys.stdout
     paint = paint_for(out)
     webhooks = webhooks_of(servers)

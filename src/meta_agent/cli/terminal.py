@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 from meta_agent.core import events as ev
 from meta_agent.core.event_lines import describe
 from meta_agent.core.result import RunResult
-from meta_agent.shared.text import plural
+from meta_agent.shared.text import one_line, plural
 
 if TYPE_CHECKING:  # types only: the main module imports this one, and must not load the MCP SDK for `--help`
     from meta_agent.children.pool import ChildPool
@@ -125,7 +125,8 @@ def check_line(status: ChildStatus, paint: Paint) -> str:
 def print_models(setting: str | None, models: Sequence[ModelVerdict], out: TextIO) -> None:
     """`check`'s model lines: the setting, then each model of it with its state and why."""
     paint = paint_for(out)
-    print(f"META_AGENT_MODEL={setting}" if (setting or "").strip() else "META_AGENT_MODEL is not set", file=out)
+    setting = one_line(setting or "", 200)
+    print(f"META_AGENT_MODEL={setting}" if setting else "META_AGENT_MODEL is not set", file=out)
     width = max(len(model.model) for model in models)
     colours = {"ready": "green", "failed": "red", "host": "yellow"}
     for model in models:

@@ -31,7 +31,7 @@ from meta_agent.providers.model_setting import (
     setting_problem,
 )
 from meta_agent.shared.addresses import refusal
-from meta_agent.shared.text import one_line, some_of
+from meta_agent.shared.text import one_line, printable, some_of
 from meta_agent.shared.urls import loggable_url
 
 ANTHROPIC_URL = "https://api.anthropic.com"  # where the anthropic SDK sends requests unless told otherwise
@@ -158,7 +158,8 @@ def _listed(shown: str, model: str, provider: str, ids: list[str] | None) -> tup
     name (llama.cpp's llama-server), so a name it does not list is said, not failed."""
     if ids is None:
         return True, f"{shown} answers"
-    listed = f"{shown} lists {some_of(ids, MODELS_NAMED)}" if ids else f"{shown} lists no model"
+    named = [printable(one_line(name, 80)) for name in ids[: MODELS_NAMED + 1]]  # a server's text, shown safe
+    listed = f"{shown} lists {some_of(named, MODELS_NAMED)}" if ids else f"{shown} lists no model"
     if model in ids or f"{model}:latest" in ids:
         return True, f"{shown} answers and lists {model}"
     if provider == "ollama":
@@ -184,4 +185,4 @@ def _model_ids(body: bytes) -> list[str] | None:
         return None
     if not isinstance(data, list):
         return None
-    return [one_line(item["id"], 80) for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
+    return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
