@@ -69,7 +69,9 @@ def _positive(text: str) -> int:
 # Where a new user looks first for how to choose the model.
 MODEL_HELP = (
     "The model: META_AGENT_MODEL=provider:model (openai:, anthropic:, gemini:, ollama:) with the provider's API key"
-    " in its usual variable (OPENAI_API_KEY, ...); unset, a key's provider or a local Ollama is used."
+    " in its usual variable (OPENAI_API_KEY, ...); no key needed for a server on this machine:"
+    " OPENAI_BASE_URL=http://127.0.0.1:8080/v1 META_AGENT_MODEL=openai:NAME (llama.cpp's llama-server, or any"
+    " OpenAI-compatible one), or ollama:NAME. Unset, a key's provider or a local Ollama is used."
     " `meta-agent check` says what is ready."
 )
 
@@ -98,37 +100,31 @@ def _add_runs(runs: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The command line (README, Commands). Longer than ~60 lines on purpose: one declarative table of every command
-    and option reads better whole than cut into pieces."""
-    common = _Parser(add_help=False)
-    # SUPPRESS: an option given before the command is not reset by the command's own parser.
-    common.add_argument(
-        "--config",
-        type=Path,
-        default=argparse.SUPPRESS,
-        help="servers.json to use (default: $META_AGENT_CONFIG, else ./servers.json)",
+def _add_serve(serve: argparse.ArgumentParser) -> None:
+    """The description and arguments of `meta-agent serve`."""
+    serve.description = (
+        "Serve meta-agent as an MCP server: its tools ask, plan, agent and image_gen run the model over the tools of"
+        " the child servers in servers.json. A host (Claude Desktop, Cursor, VS Code) starts it on stdio; over HTTP"
+        " it listens at http://HOST:PORT/mcp, with /health for probes. Without a model set, each call uses the"
+        " host's own model where the host offers MCP sampling."
     )
-    common.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], default=argparse.SUPPRESS, help="log level"
+    serve.epilog = MODEL_HELP
+    serve.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio: a host starts this process and speaks MCP on its stdin and stdout (default); http: streamable"
+        " HTTP at /mcp on --host and --port, for hosts that connect to a URL",
     )
-    parser = _Parser(
-        prog="meta-agent", description="An MCP server that is itself an agent.", epilog=MODEL_HELP, parents=[common]
-    )
-    parser.add_argument("--version", action="version", version=f"meta-agent {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-
-    serve = commands.add_parser("serve", parents=[common], help="serve MCP on stdio (default) or streamable HTTP")
-    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
     serve.add_argument(
         "--allowed-host", action="append", default=[], metavar="HOST", help="HTTP: another Host header to accept"
     )
 
-    run = commands.add_parser(
-        "run", parents=[common], help="run one task in-process; the answer goes to stdout", epilog=MODEL_HELP
-    )
+
+def _add_run(run: argparse.ArgumentParser) -> None:
+    """The arguments of `meta-agent run`."""
     run.add_argument("task", type=_said, help="what to do, in words (quote it)")
     run.add_argument(
         "--mode", choices=["ask", "plan", "agent"], default="agent", help="one model turn, a plan, or the tool loop"
@@ -146,21 +142,66 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
 
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line (README, Commands). Longer than ~60 lines on purpose: one declarative table of the commands
+    and their options reads better whole than cut into pieces (serve's, run's and runs' have their own)."""
+    common = _Parser(add_help=False)
+    # SUPPRESS: an option given before the command is not reset by the command's own parser.
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="servers.json to use (default: $META_AGENT_CONFIG, else ./servers.json)",
+    )
+    common.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default=argparse.SUPPRESS, help="log level"
+    )
+    parser = _Parser(
+        prog="meta-agent", description="An MCP server that is itself an agent.", epilog=MODEL_HELP, parents=[common]
+    )
+    parser.add_argument("--version", action="version", version=f"meta-agent {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    _add_serve(commands.add_parser("serve", parents=[common], help="serve MCP on stdio (default) or streamable HTTP"))
+    _add_run(
+        commands.add_parser(
+            "run", parents=[common], help="run one task in-process; the answer goes to stdout", epilog=MODEL_HELP
+        )
+    )
     trust = commands.add_parser(
         "trust", parents=[common], help="record a trust level for tools (kept beside the config); list what is recorded"
     )
     trust.add_argument(
         "pattern", nargs="?", metavar="TOOL", help="a namespaced tool name or glob (pg.execute_sql, pg.*)"
     )
-    trust.add_argument("level", nargs="?", choices=[*TRUST_LEVELS, "forget"], help="never, ask, always, or forget")
+    trust.add_argument(
+        "level",
+        nargs="?",
+        choices=[*TRUST_LEVELS, "forget"],
+        help="never, ask, always, or forget (`'*' forget` also sets aside a trust file that cannot be read)",
+    )
 
     tools = commands.add_parser("tools", parents=[common], help="the toolbox: each child's tools, status and trust")
     tools.add_argument("--json", action="store_true", help="print the toolbox as JSON")
     _add_runs(
-        commands.add_parser("runs", parents=[common], help="recent runs from their traces; `runs show ID` tells one")
+        commands.add_parser(
+            "runs",
+            parents=[common],
+            help="recent runs from their traces; `runs show ID` tells one",
+            description="Recent runs, read from the trace directory: META_AGENT_TRACE_DIR, else this user's"
+            " (shared by every checkout and every meta-agent this user runs); with META_AGENT_DATABASE_URL, the run"
+            " index of that database. Set either to read another history.",
+        )
     )
     check = commands.add_parser(
-        "check", parents=[common], help="validate servers.json, start every child and report; exit 1 if any fails"
+        "check",
+        parents=[common],
+        help="check the model and servers.json, start every child and report; exit 1 if a run could not start",
+        description="Check the model settings (the provider known, its key set, a server on this machine or its"
+        " network answering) and servers.json, start every child and report each; exit 1 when no model could serve"
+        " a run or a child failed.",
+        epilog=MODEL_HELP,
     )
     for sub in (tools, check, trust):
         sub.add_argument(
@@ -196,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # an unknown name is bad input: say so before starting
         settings.enabled_internal_tools([tool.name for tool in INTERNAL_TOOLS])
         args.trust_file = trust_path(args.config)
-        if args.command != "tools":  # likewise a broken trust file; `tools` shows what it does to the levels
+        # likewise a broken trust file; `tools` shows what it does to the levels, and `trust … forget` repairs it
+        if args.command != "tools" and not (args.command == "trust" and args.level == "forget"):
             trustfile.load(args.trust_file)
         if settings.database_url and args.command in ("serve", "run"):  # and a shared database it cannot use
             from meta_agent.store.database import check

@@ -22,7 +22,8 @@ OLLAMA_PROBE_TIMEOUT = 0.5
 CANNOT_SAMPLE = "this caller cannot sample (it needs MCP sampling with tools over a 2025-11-25 session)"
 WHAT_TO_SET = (
     "set META_AGENT_MODEL (e.g. openai:gpt-5.5, anthropic:claude-sonnet-5-5, ollama:qwen3, gemini:gemini-2.5-flash)"
-    " with its API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY), or run Ollama at OLLAMA_HOST"
+    " with its API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY); without a key, a model server on this"
+    " machine: OPENAI_BASE_URL=http://127.0.0.1:8080/v1 with META_AGENT_MODEL=openai:NAME, or Ollama at OLLAMA_HOST"
 )
 
 
