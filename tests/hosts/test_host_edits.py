@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from meta_agent.hosts.edits import checked, fresh, with_entry, without_entry
-from meta_agent.hosts.jsonc import MAX_DEPTH, JsonTextError, parse
+from meta_agent.hosts.jsonc import JsonTextError, parse
 
 pytestmark = pytest.mark.quick
 
@@ -31,6 +31,8 @@ LAYOUTS = {
     ),
     "trailing comma": '{\n  "mcpServers": {\n    "fs": {"command": "npx"},\n  },\n}\n',
     "comment in empty map": '{"mcpServers": { // none yet\n}}',
+    "trailing commas inside": '{\n  "mcpServers": {\n    "fs": {"command": "npx", "args": ["a",],},\n  },\n}\n',
+    "comment before a comma": '{"mcpServers": {"fs": {"command": "npx"} /* c */ , "b": {}}, "z": 1 // end\n}',
     "non-ascii": '{\n  "mcpServers": {\n    "données": {"command": "/home/José/bin/s"}\n  }\n}\n',
 }
 
@@ -96,21 +98,17 @@ def test_strings_with_quotes_and_line_breaks_round_trip() -> None:
 @pytest.mark.parametrize(
     ("text", "comments", "problem"),
     [
-        ('{"a": 1,}', False, "a trailing comma at line 1 column 8"),
+        ('{"a": 1,}', False, "a trailing comma at line 1 column 8, which this file may not have"),
         ('{\n  // hi\n  "a": 1}', False, "a comment at line 2 column 3, which this file may not have"),
-        ('{"a": 1} {"b": 2}', True, "more after the object's closing brace, at line 1 column 10"),
+        ('{"a": 1} {"b": 2}', True, "Extra data at line 1 column 10"),
         ('{"a": tru}', True, "Expecting value at line 1 column 7"),
         ('{"a": 1, "a": 2}', True, "the key 'a' appears twice in one object (a host reads only one of them)"),
         ("[1, 2]", True, "expected a JSON object ({...}) as the whole file"),
         ('{"a": "no end}', True, "a string that does not end on its line, at line 1 column 7"),
         ('{"a": 1 /* open', True, "a comment that is never closed, at line 1 column 9"),
-        ('{"a": {"b": 1}', True, "the file ends before its object does"),
-        ('{"a" 1}', True, "expected ':' at line 1 column 6, found '1'"),
-        (
-            "{" + '"a": [' * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5) + "}",
-            True,
-            f"nested deeper than {MAX_DEPTH} levels",
-        ),
+        ('{"a": {"b": 1}', True, "Expecting ',' delimiter at line 1 column 15"),
+        ('{"a" 1}', True, "Expecting ':' delimiter at line 1 column 6"),
+        ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", True, "nested too deeply"),
     ],
 )
 def test_what_is_not_json_is_one_line_saying_where(text: str, comments: bool, problem: str) -> None:
