@@ -1,6 +1,7 @@
 """The `meta-agent` command line: its parser, `main`, and how a signal stops a command. The commands themselves are
-in cli/serving.py (`serve`), cli/commands.py (`run`, `tools`, `check`, `trust`) and cli/runs.py (`runs`), each
-imported only when it runs, so `--help` and bad input answer without loading the MCP SDK or a vendor SDK.
+in cli/serving.py (`serve`), cli/commands.py (`run`, `tools`, `check`, `trust`), cli/runs.py (`runs`) and
+cli/install.py (`install`, `uninstall`, `bundle`), each imported only when it runs, so `--help` and bad input answer
+without loading the MCP SDK or a vendor SDK.
 
 Exit codes: 0 success; 1 a check or a run failed; 2 bad input (config, settings, arguments, no model); 128 + N
 stopped by signal N (130 for Ctrl-C, 143 for SIGTERM), whether or not the host keeps our stdin open, and always after
@@ -24,7 +25,7 @@ from typing import Any, NoReturn
 import anyio
 
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fail, guard_standard_streams, note
-from meta_agent.config.servers import DEFAULT_START_TIMEOUT, load_servers
+from meta_agent.config.servers import DEFAULT_START_TIMEOUT, SERVER_NAME, load_servers
 from meta_agent.config.settings import load_settings, unknown_settings
 from meta_agent.errors import ConfigError, ModelNotConfigured
 from meta_agent.records.logs import configure_logging
@@ -203,7 +204,8 @@ def _parser() -> argparse.ArgumentParser:
         " a run or a child failed.",
         epilog=MODEL_HELP,
     )
-    for sub in (tools, check, trust):
+    install = _add_host_commands(commands, common)
+    for sub in (tools, check, trust, install):
         sub.add_argument(
             "--start-timeout",
             type=_seconds,
@@ -212,6 +214,40 @@ def _parser() -> argparse.ArgumentParser:
             help=f"how long a child may take to start (default {DEFAULT_START_TIMEOUT:g})",
         )
     return parser
+
+
+def _entry_name(text: str) -> str:
+    if not SERVER_NAME.fullmatch(text) or len(text) > 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: use up to 64 of A-Z a-z 0-9 _ -")
+    return text
+
+
+def _add_host_commands(commands: Any, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`install`, `uninstall` and `bundle` (docs/hosts.md); returns `install`'s parser."""
+    from meta_agent.hosts import DEFAULT_NAME, HOSTS  # what hosts there are: a few small modules, no SDK
+
+    install: argparse.ArgumentParser = commands.add_parser(
+        "install", parents=[common], help="put meta-agent into a host's config file and check that it starts"
+    )
+    uninstall = commands.add_parser("uninstall", parents=[common], help="take meta-agent out of a host's config file")
+    for sub in (install, uninstall):
+        sub.add_argument("host", choices=list(HOSTS), metavar="HOST", help=", ".join(HOSTS))
+        sub.add_argument("--name", type=_entry_name, default=DEFAULT_NAME, help=f"the entry's name ({DEFAULT_NAME})")
+        where = sub.add_mutually_exclusive_group()
+        where.add_argument("--project", type=Path, metavar="DIR", help="the host's file of this project")
+        where.add_argument("--file", type=Path, metavar="PATH", help="this file, not the host's own")
+        sub.add_argument("--force", action="store_true", help="replace or remove an entry of that name not ours")
+    install.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="in the entry's env (KEY alone: its value here)"
+    )
+    install.add_argument(
+        "--env-from-shell", action="store_true", help="the variables meta-agent reads that are set here, into env"
+    )
+    install.add_argument("--no-check", action="store_true", help="write the entry without starting it")
+    bundle = commands.add_parser("bundle", parents=[common], help="build meta-agent.mcpb, a bundle for Claude Desktop")
+    bundle.add_argument("--output", type=Path, default=Path("meta-agent.mcpb"), metavar="PATH", help="where it goes")
+    bundle.add_argument("--python", metavar="PATH", help="the Python that runs it (default: this installation's)")
+    return install
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -224,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from meta_agent.cli.runs import show_runs
 
         return _quietly_on_a_closed_pipe(show_runs, args)
+    if args.command in ("install", "uninstall", "bundle"):  # the host's file, not the engine: none of what follows
+        from meta_agent.cli import install
+
+        return _quietly_on_a_closed_pipe(install.run, args)
     if args.command == "trust" and args.pattern is not None and args.level is None:
         return fail("trust: give a level after the tool: never, ask, always or forget", EXIT_USAGE)
     try:

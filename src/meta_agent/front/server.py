@@ -58,10 +58,10 @@ from meta_agent.shared.unimported import hidden
 from meta_agent.store.database import LOCAL_OWNER
 from meta_agent.store.parking import SharedRounds
 from meta_agent.store.tasks import TaskRows
+from meta_agent.toolbox import TOOLBOX_URI
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
-TOOLBOX_URI = "meta-agent://toolbox"
 INSTRUCTIONS = (
     "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
     "numbered plan using read-only tools only; `ask` is one model turn; `image_gen`, where listed, makes images. Long"
