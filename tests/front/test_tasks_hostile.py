@@ -190,3 +190,28 @@ async def test_a_models_unsafe_thinking_is_reported_safely(llm: FakeLLM, tmp_pat
     progress = [m["params"]["message"] for m in sent if m.get("method") == "notifications/progress"]
     assert "step 1 · thinking: a\ufffd<U+202E>b" in progress
     assert sent[-1]["result"]["content"][0]["text"] == "done"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        openai_reply("do\ud800ne"),  # its answer
+        openai_reply(None, ("c1", "no\ud800such", {})),  # a call's name, sent back to it in the next turn
+    ],
+)
+async def test_a_model_writing_a_lone_surrogate_still_gets_its_caller_an_answer(
+    reply: dict[str, Any], llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A model's lone surrogate (JSON's "\\ud800") in its answer or a tool call's name: the call over HTTP is
+    answered, the surrogate a replacement character (no UTF-8 encodes it: the answer could not be written, and the
+    next model turn, which sends the call back, could not be requested)."""
+    llm.reply_raw(json.dumps(reply).encode())  # ASCII escapes: the lone surrogate reaches the provider's SDK as is
+    llm.reply(openai_reply("do\ufffdne"))  # after the unknown tool's error
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "state.sqlite3")
+    server = build_server(settings, {}, openai_env(llm))
+    async with (
+        serving_asgi(lambda _url: http_app(server, host="127.0.0.1")) as url,
+        caller(f"{url}/mcp", LEGACY) as host,
+    ):
+        answer = await host.result("tools/call", {"name": "agent", "arguments": {"task": "go"}})
+    assert answer["content"][0]["text"] == "do\ufffdne"
