@@ -91,3 +91,27 @@ async def test_an_image_that_is_not_base64_as_encoders_write_it_is_left_out(data
 async def test_base64_is_read_whole_across_slices(size: int) -> None:
     data = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
     assert await image_bytes(base64.b64encode(data).decode()) == data
+
+
+async def test_the_event_loop_runs_between_one_image_and_the_next() -> None:
+    """A result's images read back one after another (the resource meta-agent://runs/{run_id}): each one a slice
+    long is read in the event loop, and the loop goes on before the next, so sixteen of them do not hold it sixteen
+    slices' time at once."""
+    ran = 0
+
+    async def other_work() -> None:
+        nonlocal ran
+        while True:
+            ran += 1
+            await anyio.lowlevel.checkpoint()
+
+    longest = image(SLICE // 4 * 3)  # one slice of base64: the longest read in the event loop
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other_work)
+        await anyio.lowlevel.checkpoint()
+        before = ran
+        for _ in range(MAX_RESULT_IMAGES):
+            assert await image_bytes(longest.data) is not None
+            assert ran > before  # the other work ran since the last image
+            before = ran
+        tg.cancel_scope.cancel()

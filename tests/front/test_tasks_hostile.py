@@ -1,9 +1,11 @@
 """MCP tasks against hostile callers (README, Tasks): odd ids, ttls and answers, concurrent readers, a caller that
-cannot be asked, a database that fails. In memory, the SDK's real client speaking raw JSON-RPC, as
-tests/front/test_tasks.py does; the children are our fault server."""
+cannot be asked, a database that fails, a model whose text no UTF-8 encodes. In memory, the SDK's real client speaking
+raw JSON-RPC, as tests/front/test_tasks.py does, or over HTTP to our app served in this process where what is tested is
+what goes on the wire; the children are our fault server."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -11,12 +13,14 @@ from typing import Any
 import anyio
 import mcp.types as t
 import pytest
-from conftest import fault_entry, openai_env
+from conftest import fault_entry, openai_env, serving_asgi
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client
+from task_hosts import LEGACY, MODERN, Era, caller, messages
 from test_tasks import Raw, User, connected, deleting, start, status
 
 from meta_agent.config.settings import Settings
+from meta_agent.front.http.app import http_app
 from meta_agent.front.server import build_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.processes]
@@ -146,3 +150,68 @@ async def test_a_task_refused_before_its_run_began_stays_failed(llm: FakeLLM, mo
         )
         ended = await status(raw, created["task"]["taskId"], "failed", "completed", "cancelled")
     assert ended["status"] == "failed"
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+async def test_a_models_unsafe_arguments_are_asked_about_safely(era: Era, llm: FakeLLM, tmp_path: Path) -> None:
+    """A model's call whose argument holds a lone surrogate (JSON's "\\ud800", which no UTF-8 encodes), a terminal's
+    escape and a bidirectional override (which would show the user other arguments than the call's): the task's
+    question, its status message over HTTP, shows them made visible, and `tasks/get` answers."""
+    body = openai_reply(None, ("c1", "f__delete_file", {"path": "a\ud800\x07\u202eb"}))
+    llm.reply_raw(json.dumps(body).encode())  # ASCII escapes: the lone surrogate reaches the provider's SDK as is
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "state.sqlite3")
+    server = build_server(settings, {"f": fault_entry()}, openai_env(llm))
+    async with (
+        serving_asgi(lambda _url: http_app(server, host="127.0.0.1")) as url,
+        caller(f"{url}/mcp", era) as host,
+    ):
+        task_id = await host.start("agent", "delete it")
+        seen = await host.until(task_id, lambda read: read["status"] == "input_required")
+        await host.result("tasks/cancel", {"taskId": task_id})
+    shown = '{"path": "a\ufffd\\u0007<U+202E>b"}'  # JSON writes the bell as an escape already
+    assert seen[-1]["statusMessage"] == f"meta-agent wants to run f.delete_file (destructive) with {shown}. Allow it?"
+
+
+async def test_a_models_unsafe_thinking_is_reported_safely(llm: FakeLLM, tmp_path: Path) -> None:
+    """The progress of a call over HTTP (what a task's status message says too) when the model's reasoning holds a
+    lone surrogate and a bidirectional override: the progress shows them made visible, and the call is answered (a
+    notification no UTF-8 encodes would have ended the call's stream before its answer)."""
+    llm.reply_raw(json.dumps(openai_reply("done", reasoning="a\ud800\u202eb")).encode())  # ASCII escapes
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "state.sqlite3")
+    server = build_server(settings, {}, openai_env(llm))
+    async with (
+        serving_asgi(lambda _url: http_app(server, host="127.0.0.1")) as url,
+        caller(f"{url}/mcp", LEGACY) as host,
+    ):
+        params = {"name": "agent", "arguments": {"task": "think"}, "_meta": {"progressToken": "p"}}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+        response = await host.http.post(host.url, json=body, headers=host.in_session())
+    sent = messages(response)
+    progress = [m["params"]["message"] for m in sent if m.get("method") == "notifications/progress"]
+    assert "step 1 · thinking: a\ufffd<U+202E>b" in progress
+    assert sent[-1]["result"]["content"][0]["text"] == "done"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        openai_reply("do\ud800ne"),  # its answer
+        openai_reply(None, ("c1", "no\ud800such", {})),  # a call's name, sent back to it in the next turn
+    ],
+)
+async def test_a_model_writing_a_lone_surrogate_still_gets_its_caller_an_answer(
+    reply: dict[str, Any], llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A model's lone surrogate (JSON's "\\ud800") in its answer or a tool call's name: the call over HTTP is
+    answered, the surrogate a replacement character (no UTF-8 encodes it: the answer could not be written, and the
+    next model turn, which sends the call back, could not be requested)."""
+    llm.reply_raw(json.dumps(reply).encode())  # ASCII escapes: the lone surrogate reaches the provider's SDK as is
+    llm.reply(openai_reply("do\ufffdne"))  # after the unknown tool's error
+    settings = Settings(model="openai:fake-model", conversations_db=tmp_path / "state.sqlite3")
+    server = build_server(settings, {}, openai_env(llm))
+    async with (
+        serving_asgi(lambda _url: http_app(server, host="127.0.0.1")) as url,
+        caller(f"{url}/mcp", LEGACY) as host,
+    ):
+        answer = await host.result("tools/call", {"name": "agent", "arguments": {"task": "go"}})
+    assert answer["content"][0]["text"] == "do\ufffdne"

@@ -18,6 +18,7 @@ from ulid import ULID
 
 from meta_agent.core import events as ev
 from meta_agent.core import tool_call
+from meta_agent.core.encodable import encodable
 from meta_agent.core.events import Emit
 from meta_agent.core.heartbeat import HEARTBEAT_INTERVAL, Pulse
 from meta_agent.core.limits import Limits, clock, ms_since
@@ -306,7 +307,7 @@ class _Run:
         """One model call, by the run's model or, when that fails as a provider, by the next of the chain."""
         while True:
             try:
-                return await self.provider.complete(request)
+                return encodable(await self.provider.complete(request))  # no lone surrogate goes further
             except ProviderError as exc:
                 if not exc.falls_back or self.at + 1 == len(self.chain):
                     raise

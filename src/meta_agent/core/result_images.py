@@ -48,10 +48,14 @@ class ResultImages:
 
 async def image_bytes(data: str) -> bytes | None:
     """The bytes of `data`, where it is base64 as encoders write it (padded, no white space, its last character's
-    unused bits zero); else None. A long one is read in a worker thread."""
-    if len(data) <= _SLICE:
-        return _decoded(data)
-    return await anyio.to_thread.run_sync(_decoded, data)
+    unused bits zero); else None. A long one is read in a worker thread; a short one in the event loop, which then
+    goes on before anything else is read (a result's sixteen images of a slice each would hold it sixteen times as
+    long)."""
+    if len(data) > _SLICE:
+        return await anyio.to_thread.run_sync(_decoded, data)
+    decoded = _decoded(data)
+    await anyio.lowlevel.checkpoint()
+    return decoded
 
 
 def _decoded(data: str) -> bytes | None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from mcp.server.mcpserver import Context
 
 from meta_agent.core import events as ev
-from meta_agent.core.event_lines import describe
+from meta_agent.records.run_feed import progress_line
 
 
 class Progress:
@@ -31,7 +31,8 @@ class Progress:
 
 
 def progress_message(event: ev.Event) -> str | None:
-    """What a progress notification says of `event`; None: nothing."""
+    """What a progress notification, or a task's status message, says of `event` (its unsafe characters made
+    visible, as on every replica); None: nothing."""
     if isinstance(event, ev.RunFinished) and event.result.stop_reason == "cancelled":
         return None  # the caller cancelled: it is not listening, and there will be no result
-    return describe(event)
+    return progress_line(event)

@@ -63,7 +63,22 @@ def shown(text: str, limit: int = TEXT_CHARS) -> tuple[str, bool]:
     """`text` as a view shows it: its first `limit` characters with the unsafe ones made visible, and whether it was
     cut."""
     cut = len(text) > limit
-    return _UNSAFE.sub(_symbol, text[:limit] if cut else text), cut
+    return safe(text[:limit] if cut else text), cut
+
+
+def safe(text: str) -> str:
+    """`text` with its unsafe characters made visible: what a host shows of a model's or a child's text (a progress
+    line, an approval's question). A lone surrogate (JSON's "\\ud800", which no UTF-8 encodes) would leave the
+    answer that carries it unwritten; a terminal's escapes and bidirectional overrides would act, and an override
+    can show a tool call's arguments as other than they are."""
+    return _UNSAFE.sub(_symbol, text)
+
+
+def progress_line(event: ev.Event) -> str | None:
+    """The event's line (core/event_lines.py), whole, made `safe`: what MCP progress says of it, and a task's status
+    message on the replica running it (on the others, its line kept here)."""
+    line = describe(event)
+    return None if line is None else safe(line)
 
 
 def _text(text: str, limit: int = TEXT_CHARS) -> str:

@@ -51,6 +51,7 @@ from meta_agent.front.approvals.parked import (
 )
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
+from meta_agent.records.run_feed import safe
 from meta_agent.store.parking import Note, SharedRounds
 
 log = structlog.get_logger(__name__)
@@ -81,7 +82,8 @@ ARGUMENTS_SHOWN = 400
 
 
 def question(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
-    shown = arguments_line(arguments, ARGUMENTS_SHOWN)
+    """What the user is asked of a call: its arguments (the model's) `safe`, shown as they are."""
+    shown = safe(arguments_line(arguments, ARGUMENTS_SHOWN))
     return f"meta-agent wants to run {spec.name} ({spec.hints.describe()}) with {shown}. Allow it?"
 
 
