@@ -298,7 +298,8 @@ class TaskBoard:
             raise TaskRefused(f"cannot read the task in {self._rows.database.label}: {exc}") from None
 
     def _ended(self, task: TaskRun) -> None:
-        self._live.pop(task.id, None)
+        if self._live.get(task.id) is task:  # not a later run of the same task (resumed here while this one ended)
+            del self._live[task.id]
         latest = task.run.latest()
         if latest is not None and isinstance(latest[1], t.CallToolResult):
             self._results[task.id] = latest[1]
