@@ -231,6 +231,32 @@ class ProgressLog:
                 await self._changed.wait()
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that runs a command in this process (`main(["runs"])`) sets logging up as the command does: loggers
+    cached on first use, the root's handlers, the process's hooks. Left so, a later test's logger would be cached
+    with that chain and never reach the processors the later test configures; so after each test it is put back."""
+    import logging
+
+    import structlog
+
+    root = logging.getLogger()
+    old = structlog.get_config()
+    handlers, level, last_resort = root.handlers[:], root.level, logging.lastResort
+    hooks = sys.excepthook, sys.unraisablehook, threading.excepthook
+    yield
+    if structlog.get_config() != old:
+        structlog.configure(**old)
+    ours = [h for h in root.handlers if h not in handlers and type(h).__module__ == "meta_agent.records.logs"]
+    if ours:  # the command's handler replaced the root's (and pytest's own, which pytest removes itself)
+        for handler in ours:
+            handler.close()
+        root.handlers[:] = handlers
+    root.level, logging.lastResort = level, last_resort
+    sys.excepthook, sys.unraisablehook, threading.excepthook = hooks
+    logging.captureWarnings(False)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _traces_in_a_temporary_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Runs write traces and conversations; the tests' go to temporary places (subprocesses inherit them)."""
