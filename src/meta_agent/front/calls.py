@@ -36,7 +36,7 @@ from meta_agent.front.auth.subjects import subject_of
 from meta_agent.front.host_model import asked_model, declares_sampling, explained, lends_model, live_model
 from meta_agent.front.progress import Progress
 from meta_agent.front.tasks.board import CURRENT, TaskBoard, TaskRun
-from meta_agent.front.tool_results import RunAnswer, run_failed, run_result
+from meta_agent.front.tool_results import RunAnswer, run_failed, run_result, with_config_problem
 from meta_agent.shared.ids import random_ulid
 from meta_agent.store.database import LOCAL_OWNER
 
@@ -96,41 +96,15 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
         questions: Questions | None,
         sampling: Provider | None,
     ) -> t.CallToolResult:
-        failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
         if shown:  # its host shows the run view: the view asks too (the first answer wins), or alone
             approver = front.views.approver(approver, arguments["run_id"], owner)
-
-        async def watched(event: ev.Event) -> None:
-            if isinstance(event, ev.RunFailed) and event.result is not None:
-                failed.append(event.result)
-            await emit(event)
-
-        try:
-            result = await front.engine.run(
-                task,
-                mode=mode,
-                emit=watched,
-                approver=approver,
-                sampling=sampling,
-                questions=questions,
-                owner=owner,
-                **arguments,
-            )
-        except ModelNotConfigured as exc:  # where the host could have lent its model, what it lacks to
-            return run_failed(explained(str(exc), ctx, front.engine.models), failed)
-        except MetaAgentError as exc:
-            return run_failed(str(exc), failed)
-        except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
-            log.exception("run_crashed", mode=mode)
-            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
-        except BaseException as exc:  # a library's control error (DBOS's): it ends this call, never the server
-            if not _contained(exc):
-                raise
-            log.error("run_crashed", mode=mode, error=summary(exc))
-            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
-        if per_conversation and result.conversation_id and allowed:
-            await front.engine.runs.allow(result.conversation_id, allowed, owner)
-        return run_result(result)
+        parts = {"approver": approver, "sampling": sampling, "questions": questions, "owner": owner}
+        result = await _ran(ctx, mode, task, emit, **parts, **arguments)
+        if not isinstance(result, t.CallToolResult):
+            if per_conversation and result.conversation_id and allowed:
+                await front.engine.runs.allow(result.conversation_id, allowed, owner)
+            result = run_result(result)
+        return with_config_problem(result, front.engine.toolbox.config_problem)  # each answer says it, while it lasts
 
     scope = "conversation" if per_conversation else "session"
     if (as_task := CURRENT.get()) is not None:
@@ -144,6 +118,34 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
         return await work(progress, LiveApprover(ctx, allowed) if elicits else None, live, _live_model(ctx))
     finally:
         progress.close()
+
+
+async def _ran(
+    ctx: Context, mode: Mode, task: str, emit: Callable[[ev.Event], Awaitable[None]], **arguments: Any
+) -> RunResult | t.CallToolResult:
+    """The run of the call, and its result; or, where it failed, the one-line error the caller gets."""
+    front = front_of(ctx)
+    failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
+
+    async def watched(event: ev.Event) -> None:
+        if isinstance(event, ev.RunFailed) and event.result is not None:
+            failed.append(event.result)
+        await emit(event)
+
+    try:
+        return await front.engine.run(task, mode=mode, emit=watched, **arguments)
+    except ModelNotConfigured as exc:  # where the host could have lent its model, what it lacks to
+        return run_failed(explained(str(exc), ctx, front.engine.models), failed)
+    except MetaAgentError as exc:
+        return run_failed(str(exc), failed)
+    except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
+        log.exception("run_crashed", mode=mode)
+        return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
+    except BaseException as exc:  # a library's control error (DBOS's): it ends this call, never the server
+        if not _contained(exc):
+            raise
+        log.error("run_crashed", mode=mode, error=summary(exc))
+        return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
 
 
 async def _as_task(ctx: Context, task: TaskRun, work: Work, approver: ParkedApprover) -> t.CallToolResult:
