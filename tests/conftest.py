@@ -75,6 +75,12 @@ def everything_entry(**extra: Any) -> ServerEntry:
     return ServerEntry(command="node", args=(str(EVERYTHING), "stdio"), **extra)
 
 
+def check_children(stdout: str) -> list[str]:
+    """The lines of `meta-agent check` between its servers.json line and its model's: one per child or webhook."""
+    lines = stdout.splitlines()[1:]
+    return lines[: next((n for n, line in enumerate(lines) if line.startswith("META_AGENT_MODEL")), len(lines))]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -101,6 +101,14 @@ def test_the_step_limit(llm: FakeLLM, config: Path) -> None:
             "matches no tool (a server's tools are named SERVER.TOOL, as `meta-agent tools` lists them",
         ),
         ({}, ["--allow", "nope.*"], 2, "meta-agent: allow: pattern 'nope.*' matches no tool"),
+        (  # a misspelt server: every child started, for the line to name the real tools and what was meant
+            {},
+            ["--tools", "tme.*"],
+            2,
+            "meta-agent: tools: pattern 'tme.*' matches no tool (did you mean 'time.*'? the tools are: describe_image,"
+            " read_result, time.get_current_time, time.convert_time, f.",
+        ),
+        ({}, ["--allow", "tme.*"], 2, "meta-agent: allow: pattern 'tme.*' matches no tool (did you mean 'time.*'?"),
         ({}, ["--allow", "f.a b"], 2, "meta-agent: allow: bad pattern 'f.a b'"),
         ({"META_AGENT_MODEL": "mistral:large"}, [], 2, "unknown provider 'mistral'"),
     ],

@@ -244,8 +244,17 @@ def test_without_a_terminal_it_is_refused_without_waiting(llm: FakeLLM, config: 
     llm.reply(openai_reply("I left it."))
     result = run_without_a_terminal(config, environ)
     assert result.returncode == 0, result.stderr
-    assert "cannot be asked" in tool_results(llm)[0]
+    fix = "run again with `--allow f.delete_file` to allow it, or record `meta-agent trust f.delete_file always`"
+    assert tool_results(llm)[0] == (
+        f"[error] the user did not allow f.delete_file (nobody to ask, not on a terminal; {fix}); do without it, or"
+        " ask the user"
+    )
     assert "Allow execution?" not in result.stderr
+    # the step lines name the argument that allows the call, whole (a progress line is cut after a word, if at all)
+    lines = result.stderr.splitlines()
+    assert f"step 1 · f.delete_file not allowed: nobody to ask, not on a terminal; {fix}" in lines
+    refused = next(line for line in lines if line.startswith("step 1 · f.delete_file error ("))
+    assert refused.endswith(f"{fix}); do without it, or ask the user"), refused
 
 
 def test_allow_runs_matching_tools_without_asking(llm: FakeLLM, config: Path, environ: dict) -> None:

@@ -24,9 +24,42 @@ def servers(**entries: object) -> str:
 
 BAD = [
     # (id, text, what the one line must say)
-    ("not-json", '{"mcpServers": {', "servers.json:1:17: invalid JSON: Expecting property name"),
-    ("trailing-comma", '{"mcpServers": {"a": {"command": "x",}}}', "servers.json:1:38: invalid JSON"),
-    ("second-line", '{\n  "mcpServers": {\n    "a" {}\n  }\n}', "servers.json:3:9: invalid JSON: Expecting ':'"),
+    # JSON's slips in words, at the line and column of the slip (a trailing comma's own, not the bracket's after it)
+    ("not-json", '{"mcpServers": {', "servers.json:1:17: invalid JSON (line 1, column 17): the text ends before"),
+    (
+        "trailing-comma",
+        '{"mcpServers": {"a": {"command": "x",}}}',
+        "servers.json:1:37: invalid JSON (line 1, column 37): a trailing comma after the last item",
+    ),
+    (
+        "trailing-comma-own-line",
+        '{\n  "mcpServers": {\n    "a": {"command": "x"},\n  }\n}',
+        "servers.json:3:26: invalid JSON (line 3, column 26): a trailing comma after the last item (JSON allows none)",
+    ),
+    ("trailing-comma-list", servers(a={"command": "x"})[:-3] + ', "args": ["a",]}}}', "a trailing comma"),
+    (
+        "second-line",
+        '{\n  "mcpServers": {\n    "a" {}\n  }\n}',
+        "servers.json:3:9: invalid JSON (line 3, column 9): a ':'",
+    ),
+    (
+        "single-quotes",
+        "{'mcpServers': {}}",
+        "servers.json:1:2: invalid JSON (line 1, column 2): single quotes: JSON wants",
+    ),
+    ("bare-key", "{mcpServers: {}}", "a key without quotes: JSON wants every key in double quotes"),
+    (
+        "comment",
+        '{"mcpServers": {} // the servers\n}',
+        "servers.json:1:19: invalid JSON (line 1, column 19): a comment",
+    ),
+    ("missing-comma", servers(a={"command": "x"}, b={"command": "y"}).replace("}, ", "} "), "a ',' is missing"),
+    ("windows-path", '{"mcpServers": {"a": {"command": "C:\\Tools\\x"}}}', "write a backslash as \\\\"),
+    ("empty-file", " \n", "servers.json:2:1: invalid JSON (line 2, column 1): the file is empty"),
+    ("extra-bracket", servers(a={"command": "x"}) + "}", "more text after the end of the JSON"),
+    ("bad-value", servers(a={"command": "x"}).replace('"x"', "tru"), "expected a value (a string in double quotes,"),
+    ("line-break-in-string", '{"mcpServers": {"a": {"command": "x\ny"}}}', "a line break or tab inside a string"),
+    ("unclosed-string", '{"mcpServers": {"a": {"command": "x}}}', "a string is not closed"),
     ("top-array", "[]", 'expected a JSON object with "mcpServers", got a list'),
     ("top-string", '"x"', "got a string"),
     ("no-mcpServers", "{}", "mcpServers: required key is missing"),
@@ -123,9 +156,29 @@ BAD = [
     ("duplicate-server", '{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}', "key 'a' appears twice"),
     # a long value is quoted back cut, with one ellipsis character
     ("long-value", servers(a={"command": "x", "timeout": "9" * 60}), f'timeout: expected a number, got "{"9" * 38}…'),
-    # the first problem, and how many more: an unknown key first, as it may explain the others
-    ("two-problems", servers(a={"command": "x", "timeout": "x", "zzz": 1}), "a.zzz: unknown key 'zzz' (known keys:"),
-    ("how-many-more", servers(a={"command": "x", "timeout": "x", "disabled": "y"}), 'got "y" (and 1 more)'),
+    # every problem, an unknown key first, as it may explain the others; past four, how many more
+    (
+        "two-problems",
+        servers(a={"command": "x", "timeout": "x", "zzz": 1}),
+        "a.zzz: unknown key 'zzz' (known keys: type, command, args, env, cwd, url, headers, disabled, tools, trust,"
+        ' timeout, pin); mcpServers.a.timeout: expected a number, got "x"',
+    ),
+    (
+        "each-problem",
+        servers(a={"command": "x", "timeout": "x", "disabled": "y"}),
+        'mcpServers.a.disabled: expected true or false, got "y"; mcpServers.a.timeout: expected a number, got "x"',
+    ),
+    (  # the missing key the did-you-mean names is the same slip, said once; the other unknown key is said too
+        "misspelt-and-another",
+        '{"servers": {}, "foo": 1}',
+        "servers.json: servers: unknown key 'servers' (did you mean 'mcpServers'?); foo: unknown key 'foo' (known keys:"
+        " mcpServers, webhooks)",
+    ),
+    (
+        "how-many-more",
+        servers(a={"command": "x", "timeout": "x", "disabled": "y", "pin": 1, "tools": 2, "trust": 3}),
+        'mcpServers.a.timeout: expected a number, got "x" (and 1 more)',
+    ),
 ]
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from meta_agent.core.event_lines import ARGUMENTS_SHOWN, arguments_line
+from meta_agent.core import events as ev
+from meta_agent.core.event_lines import ARGUMENTS_SHOWN, ERROR_SHOWN, arguments_line, describe
 from meta_agent.shared.text import one_line
 
 pytestmark = pytest.mark.quick
@@ -46,3 +47,33 @@ def test_arguments_nested_past_what_json_can_write_still_make_a_line() -> None:
     line = arguments_line(nested, ARGUMENTS_SHOWN)
     assert line.startswith('{"x": {"x": ') and line.endswith("}")
     assert len(line) <= ARGUMENTS_SHOWN
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "line"),
+    [
+        ("short enough", 20, "short enough"),
+        ("set it in servers.json or run `meta-agent trust f.x always`", 30, "set it in servers.json or run…"),
+        ("a b c " + "x" * 40, 20, "a b c xxxxxxxxxxxxx…"),  # no word ends in the second half: cut mid-word
+        ("allowed, denied; asked: again", 26, "allowed, denied; asked…"),  # no stop left before the ellipsis
+    ],
+)
+def test_a_line_cut_at_a_word(text: str, limit: int, line: str) -> None:
+    assert one_line(text, limit, at_a_word=True) == line
+    assert len(line) <= limit
+
+
+def test_a_tool_error_line_keeps_its_fix_and_ends_on_a_whole_word() -> None:
+    """A refusal names its fix last (`--allow f.append`): the step line has room for it; a longer error is cut after a
+    whole word, never inside one."""
+    fix = "run again with `--allow f.append` to allow it, or record `meta-agent trust f.append always`"
+    refusal = (
+        f"the user did not allow f.append (nobody to ask, not on a terminal; {fix}); do without it, or ask the user"
+    )
+    line = describe(ev.ToolCallFinished(step=1, call_id="c", name="f.append", ok=False, duration_ms=3, error=refusal))
+    assert line == f"step 1 · f.append error (3 ms): {refusal}"
+    words = " ".join(f"word{n}" for n in range(200))
+    line = describe(ev.ToolCallFinished(step=1, call_id="c", name="f.x", ok=False, duration_ms=3, error=words))
+    assert line is not None and line.endswith("…")
+    assert line.removesuffix("…").split()[-1] in words.split()  # the last word shown is whole
+    assert len(line) <= len("step 1 · f.x error (3 ms): ") + ERROR_SHOWN

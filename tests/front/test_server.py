@@ -783,7 +783,7 @@ async def test_a_trust_file_broken_while_serving_fails_closed(llm: FakeLLM, tmp_
         assert not refused["ok"] and "servers.json" in refused["error"], refused
         box = json.loads((await client.read_resource("meta-agent://toolbox")).contents[0].text)  # type: ignore[union-attr]
         problem = box["problems"][0]
-        assert problem.startswith(f"{path}: cannot read the trust file: ") and "\n" not in problem
+        assert problem.startswith(f"{path}:") and "invalid JSON" in problem and "\n" not in problem
         assert box["trust_file"] == {"path": str(path), "problem": problem}
         tool = next(tool for tool in box["tools"] if tool["name"] == "f.delete_file")
         assert tool["trust"] == "ask" and tool["trust_source"].endswith("does not apply: the trust file cannot be read")

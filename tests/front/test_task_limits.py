@@ -208,7 +208,8 @@ async def test_http_callers_that_disconnect_before_the_answer_give_their_places_
             try:
                 db.execute("begin immediate")
                 async with httpx2.AsyncClient(headers=host.http.headers, timeout=BOUND) as leaving:
-                    gone = Caller(leaving, host.url, era, session=host.session)
+                    # ids of its own: the session's requests must not reuse an id, even one whose caller has gone
+                    gone = Caller(leaving, host.url, era, session=host.session, ids=10_000)
 
                     async def call(n: int) -> None:
                         answer = await gone.send("tools/call", http_task_params(era, f"gone {n}"))

@@ -23,7 +23,7 @@ import httpx2
 import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
-from conftest import ProgressLog, free_port, openai_env, processes_with
+from conftest import ProgressLog, check_children, free_port, openai_env, processes_with
 from fake_llm import FakeLLM, openai_reply
 from family import entry
 from mcp import Client
@@ -509,7 +509,7 @@ def test_check_leaves_no_family_behind(tmp_path: Path, marker: str) -> None:
     command = [*META_AGENT, "check", "--config", str(config)]
     result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=BOUND * 3)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [line.split()[:2] for line in result.stdout.splitlines()[1:]] == [
+    assert [line.split()[:2] for line in check_children(result.stdout)] == [
         [kind, "ready"] for kind in ("shell", "launcher", "forker")
     ]
     assert processes_with(marker) == []

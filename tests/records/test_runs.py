@@ -77,7 +77,7 @@ def test_files_that_are_not_traces_are_skipped_and_counted(
     write_trace(tmp_path, sample_trace, run_id="notes")
     code, out, err = runs_cli()
     assert code == 0
-    assert out[0] == f"{tmp_path}: 1 recent run"
+    assert out[0] == f"{tmp_path}: 1 recent run (the traces in META_AGENT_TRACE_DIR; unset, this user's)"
     assert out[1].split()[0] == RUN_ID and out[1].split()[3] == "final"
     assert len(err) == 1 and err[0].startswith("meta-agent: runs: 4 unreadable traces skipped (")
     for not_a_trace in ("01BX5ZZKBKACTAV9WEVGEMMVRZ", "01BX5ZZKBKACTAV9WEVGEMMVS0"):
@@ -149,7 +149,7 @@ def test_a_trace_with_nothing_readable(tmp_path: Path, runs_cli: Callable[..., A
     assert (code, out) == (2, [])
     assert err == [f"meta-agent: runs: {tmp_path / RUN_ID}.jsonl holds no readable record (2 unreadable lines)"]
     code, out, err = runs_cli()
-    assert code == 0 and out == [f"{tmp_path}: 0 recent runs"]
+    assert code == 0 and out == [f"{tmp_path}: 0 recent runs (the traces in META_AGENT_TRACE_DIR; unset, this user's)"]
     assert err == [f"meta-agent: runs: 1 unreadable trace skipped ({RUN_ID}.jsonl)"]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import mcp.types as t
 import pytest
-from conftest import ProgressLog, openai_env
+from conftest import ProgressLog, check_children, openai_env
 from fake_llm import FakeLLM, images_reply, openai_reply
 from fault_server import TINY_PNG
 from mcp import Client
@@ -55,7 +55,7 @@ def test_check_starts_the_server_from_the_repository_root(shop: Shop) -> None:  
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    [line] = result.stdout.splitlines()[1:]
+    [line] = check_children(result.stdout)
     assert line.split()[:2] == ["pg", "ready"] and "5 tools" in line, line
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import TESTS
+from conftest import TESTS, check_children
 from fake_llm import FakeLLM, openai_reply
 
 ROOT = TESTS.parent
@@ -27,7 +27,7 @@ def test_the_example_servers_json_checks_out() -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    states = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()[1:]}
+    states = {line.split()[0]: line.split()[1] for line in check_children(result.stdout)}
     assert states == {"time": "ready", "everything": "ready", "git": "disabled", "docs": "disabled"}
 
 

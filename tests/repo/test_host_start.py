@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TESTS, ProgressLog
+from conftest import TESTS, ProgressLog, check_children
 from fake_llm import FakeLLM, openai_reply
 from mcp import Client, StdioServerParameters
 
@@ -86,8 +86,14 @@ def test_check_from_a_host_environment(llm: FakeLLM, tmp_path: Path, elsewhere: 
     command[command.index("serve")] = "check"
     done = subprocess.run(command, cwd=elsewhere, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines()[1:]}
+    rows = {line.split()[0]: line.split()[1] for line in check_children(done.stdout)}
     assert rows == {"time": "ready"}, done.stdout
+    # the model of the entry's env: the fake endpoint on 127.0.0.1, asked for its model list
+    assert done.stdout.splitlines()[-2:] == [
+        "META_AGENT_MODEL=openai:fake-model",
+        f"  openai:fake-model  ready   {llm.url}/v1/models lists qwen3:latest, not fake-model: llama-server answers"
+        " to any name, other servers refuse one they do not list",
+    ]
 
 
 def test_own_python_is_the_python_running_meta_agent() -> None:

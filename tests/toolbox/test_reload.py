@@ -26,7 +26,8 @@ from mcp.client.subscriptions import ResourceUpdated
 from meta_agent import Settings, build_server
 from meta_agent.children.pool import ChildPool
 from meta_agent.config.servers import load_servers
-from meta_agent.front.server import TOOLBOX_URI, MetaAgentServer
+from meta_agent.front.server import MetaAgentServer
+from meta_agent.toolbox import TOOLBOX_URI
 
 pytestmark = pytest.mark.anyio
 FAULT = {"command": sys.executable, "args": [str(FAULT_SERVER)]}

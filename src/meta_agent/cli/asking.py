@@ -20,7 +20,7 @@ import anyio.to_thread
 
 from meta_agent.cli.terminal import LiveView, paint_for
 from meta_agent.core.event_lines import arguments_line
-from meta_agent.core.tool_call import Approver, Verdict
+from meta_agent.core.tool_call import Verdict
 from meta_agent.core.tools import ToolSpec
 
 ARGUMENTS_SHOWN = 400
@@ -36,12 +36,18 @@ def on_a_terminal() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty()
 
 
-def approver_for(allow: Sequence[str], view: LiveView) -> Approver | None:
-    """The run's approver: asking on a terminal, else allowing what `allow` matches; None when there is nothing to
-    allow and nobody to ask, so an `ask`-level tool is refused as for any caller that cannot be asked."""
-    if on_a_terminal():
-        return RunApprover(allow, view)
-    return RunApprover(allow, None) if allow else None
+def approver_for(allow: Sequence[str], view: LiveView) -> RunApprover:
+    """The run's approver: asking on a terminal, else allowing what `allow` matches and refusing the rest with the
+    `--allow` that would allow each (a script or a pipe runs the command: the fix is one of its arguments)."""
+    return RunApprover(allow, view if on_a_terminal() else None)
+
+
+def unasked(name: str) -> str:
+    """Why a call was refused off a terminal, and the argument that allows it: `--allow` with the tool's own name."""
+    return (
+        f"nobody to ask, not on a terminal; run again with `--allow {name}` to allow it,"
+        f" or record `meta-agent trust {name} always`"
+    )
 
 
 class RunApprover:
@@ -62,7 +68,7 @@ class RunApprover:
         if allowing is not None:
             return Verdict(True, f"allowed by --allow {allowing}")
         if self._view is None:
-            return Verdict(False, f"nobody to ask, not on a terminal; --allow {spec.name} would allow it for a run")
+            return Verdict(False, unasked(spec.name))
         async with self._one_at_a_time:
             if spec.name in self._trusted:  # a call of the same tool was answered `t` while this one waited
                 return Verdict(True, "already allowed for the rest of this run")

@@ -27,6 +27,7 @@ from meta_agent.cli.terminal import (
     fail,
     note,
     paint_for,
+    print_models,
     print_toolbox,
     webhook_line,
 )
@@ -35,10 +36,12 @@ from meta_agent.config.settings import Settings
 from meta_agent.core.tools import WEBHOOKS
 from meta_agent.engine import Engine
 from meta_agent.errors import ConfigError, MetaAgentError, ModelNotConfigured, PatternError, summary
+from meta_agent.providers.model_check import ModelVerdict, check_models
 from meta_agent.records.otel_setup import exported
 from meta_agent.shared.text import plural
 from meta_agent.store import trustfile
 from meta_agent.toolbox.build import Toolbox, definition_of, may_name_server
+from meta_agent.toolbox.missing import why_missing
 
 log = structlog.get_logger(__name__)
 
@@ -97,10 +100,12 @@ async def _check_allowed(engine: Engine, patterns: list[str]) -> None:
         if not child.entry.disabled and any(may_name_server(pattern, child.name) for pattern in patterns)
     ]
     await engine.pool.wait_settled(named)
-    names = [spec.name for spec in engine.toolbox().tools]
     for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-            raise PatternError(f"allow: pattern {pattern!r} matches no tool (see `meta-agent tools`)")
+        if not any(fnmatch.fnmatchcase(spec.name, pattern) for spec in engine.toolbox().tools):
+            await engine.pool.wait_settled(child.name for child in engine.pool if not child.entry.disabled)
+            tools = engine.toolbox().tools  # every child's, for the line to name them
+            why = why_missing(pattern, "agent", tools, (), [child.status for child in engine.pool])
+            raise PatternError(f"allow: pattern {pattern!r} matches no tool{why}")
 
 
 # -- tools and check -----------------------------------------------------------------------------------------------
@@ -123,14 +128,19 @@ async def list_tools(args: argparse.Namespace, settings: Settings, servers: dict
 
 
 async def check_servers(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
+    """Each child as it starts or fails, the webhooks, then the model, looked at while the children start (could a
+    run start?); exit 1 when a child failed, or no model of META_AGENT_MODEL can be used."""
     out = sys.stdout
     paint = paint_for(out)
     webhooks = webhooks_of(servers)
-    also = f", {plural(len(webhooks), 'webhook')}" if webhooks else ""
-    print(f"{args.config}: {plural(len(servers), 'server')}{also}", file=out, flush=True)
     width = max((len(name) for name in servers), default=0)
     failed: list[str] = []
-    async with ChildPool(servers, restart=False, start_timeout=args.start_timeout) as pool:
+    also = f", {plural(len(webhooks), 'webhook')}" if webhooks else ""
+    print(f"{args.config}: {plural(len(servers), 'server')}{also}", file=out, flush=True)
+    models: list[ModelVerdict] = []
+    pool = ChildPool(servers, restart=False, start_timeout=args.start_timeout)
+    async with pool, anyio.create_task_group() as tg:
+        tg.start_soon(_check_models, settings.model, models)  # while the children start
         for child in pool:  # in file order, each line as soon as its child has started or failed
             await child.settled.wait()
             status = child.status
@@ -144,10 +154,17 @@ async def check_servers(args: argparse.Namespace, settings: Settings, servers: d
         problems = Toolbox.build([], pool, webhooks=pool.webhooks).problems
     for problem in problems:
         print(f"  problem: {problem}", file=out)
+    print_models(settings.model, models, out)
+    no_model = all(model.state == "failed" for model in models)
     if failed:
         print(f"{len(failed)} of {len(servers)} failed: {', '.join(failed)}", file=out)
-        return EXIT_FAILED
-    return 0
+    if no_model:
+        print("no model of META_AGENT_MODEL can be used: see why above", file=out)
+    return EXIT_FAILED if failed or no_model else 0
+
+
+async def _check_models(setting: str | None, into: list[ModelVerdict]) -> None:
+    into.extend(await check_models(setting, os.environ))
 
 
 # -- trust ---------------------------------------------------------------------------------------------------------
@@ -156,14 +173,9 @@ async def check_servers(args: argparse.Namespace, settings: Settings, servers: d
 async def record_trust(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Record a level for the tools a pattern matches, with their definitions' hashes; or list what is recorded."""
     path: Path = args.trust_file
-    recorded = trustfile.load(path)
     if args.level == "forget":
-        gone = [name for name in recorded if fnmatch.fnmatchcase(name, args.pattern)]
-        if not gone:
-            return fail(f"trust: nothing recorded matches {args.pattern!r} in {path}", EXIT_USAGE)
-        trustfile.save(path, {name: r for name, r in recorded.items() if name not in gone})
-        print(f"forgot {', '.join(gone)}")
-        return 0
+        return _forget(path, args.pattern)
+    recorded = trustfile.load(path)
     # The tools as their servers define them now, without recorded levels in the way.
     engine = Engine(settings, servers, os.environ, restart=False, start_timeout=args.start_timeout)
     async with engine:
@@ -175,12 +187,28 @@ async def record_trust(args: argparse.Namespace, settings: Settings, servers: di
         return 0
     chosen = [spec for name, spec in current.items() if fnmatch.fnmatchcase(name, args.pattern)]
     if not chosen:
-        return fail(f"trust: {args.pattern!r} matches no tool (see `meta-agent tools`)", EXIT_USAGE)
+        why = why_missing(args.pattern, "agent", list(current.values()), (), list(statuses.values()))
+        return fail(f"trust: {args.pattern!r} matches no tool{why}", EXIT_USAGE)
     for spec in chosen:
         definition = definition_of(spec)
         recorded[spec.name] = trustfile.Recorded(level=args.level, definition=definition, recorded=trustfile.now())
     trustfile.save(path, recorded)
     print(f"{args.level}: {', '.join(spec.name for spec in chosen)} (recorded in {path})")
+    return 0
+
+
+def _forget(path: Path, pattern: str) -> int:
+    """`trust PATTERN forget`, which also repairs a trust file nothing else will read (trustfile.forget)."""
+    try:
+        forgotten = trustfile.forget(path, pattern)
+    except ConfigError as exc:
+        return fail(str(exc), EXIT_USAGE)
+    if forgotten.set_aside is not None:
+        print(f"forgot every level: {path} could not be read, and is kept as {forgotten.set_aside}")
+        return 0
+    print(f"forgot {', '.join(forgotten.names)}")
+    if forgotten.still is not None:
+        return fail(forgotten.still, EXIT_USAGE)
     return 0
 
 

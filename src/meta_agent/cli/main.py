@@ -1,6 +1,7 @@
 """The `meta-agent` command line: its parser, `main`, and how a signal stops a command. The commands themselves are
-in cli/serving.py (`serve`), cli/commands.py (`run`, `tools`, `check`, `trust`) and cli/runs.py (`runs`), each
-imported only when it runs, so `--help` and bad input answer without loading the MCP SDK or a vendor SDK.
+in cli/serving.py (`serve`), cli/commands.py (`run`, `tools`, `check`, `trust`), cli/runs.py (`runs`) and
+cli/install.py (`install`, `uninstall`, `bundle`), each imported only when it runs, so `--help` and bad input answer
+without loading the MCP SDK or a vendor SDK.
 
 Exit codes: 0 success; 1 a check or a run failed; 2 bad input (config, settings, arguments, no model); 128 + N
 stopped by signal N (130 for Ctrl-C, 143 for SIGTERM), whether or not the host keeps our stdin open, and always after
@@ -24,7 +25,7 @@ from typing import Any, NoReturn
 import anyio
 
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fail, guard_standard_streams, note
-from meta_agent.config.servers import DEFAULT_START_TIMEOUT, Servers, load_servers
+from meta_agent.config.servers import DEFAULT_START_TIMEOUT, SERVER_NAME, Servers, load_servers
 from meta_agent.config.settings import load_settings, unknown_settings
 from meta_agent.errors import ConfigError, ModelNotConfigured
 from meta_agent.records.logs import configure_logging
@@ -69,7 +70,9 @@ def _positive(text: str) -> int:
 # Where a new user looks first for how to choose the model.
 MODEL_HELP = (
     "The model: META_AGENT_MODEL=provider:model (openai:, anthropic:, gemini:, ollama:) with the provider's API key"
-    " in its usual variable (OPENAI_API_KEY, ...); unset, a key's provider or a local Ollama is used."
+    " in its usual variable (OPENAI_API_KEY, ...); no key needed for a server on this machine:"
+    " OPENAI_BASE_URL=http://127.0.0.1:8080/v1 META_AGENT_MODEL=openai:NAME (llama.cpp's llama-server, or any"
+    " OpenAI-compatible one), or ollama:NAME. Unset, a key's provider or a local Ollama is used."
     " `meta-agent check` says what is ready."
 )
 
@@ -98,37 +101,31 @@ def _add_runs(runs: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The command line (README, Commands). Longer than ~60 lines on purpose: one declarative table of every command
-    and option reads better whole than cut into pieces."""
-    common = _Parser(add_help=False)
-    # SUPPRESS: an option given before the command is not reset by the command's own parser.
-    common.add_argument(
-        "--config",
-        type=Path,
-        default=argparse.SUPPRESS,
-        help="servers.json to use (default: $META_AGENT_CONFIG, else ./servers.json)",
+def _add_serve(serve: argparse.ArgumentParser) -> None:
+    """The description and arguments of `meta-agent serve`."""
+    serve.description = (
+        "Serve meta-agent as an MCP server: its tools ask, plan, agent and image_gen run the model over the tools of"
+        " the child servers in servers.json. A host (Claude Desktop, Cursor, VS Code) starts it on stdio; over HTTP"
+        " it listens at http://HOST:PORT/mcp, with /health for probes. Without a model set, each call uses the"
+        " host's own model where the host offers MCP sampling."
     )
-    common.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], default=argparse.SUPPRESS, help="log level"
+    serve.epilog = MODEL_HELP
+    serve.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio: a host starts this process and speaks MCP on its stdin and stdout (default); http: streamable"
+        " HTTP at /mcp on --host and --port, for hosts that connect to a URL",
     )
-    parser = _Parser(
-        prog="meta-agent", description="An MCP server that is itself an agent.", epilog=MODEL_HELP, parents=[common]
-    )
-    parser.add_argument("--version", action="version", version=f"meta-agent {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-
-    serve = commands.add_parser("serve", parents=[common], help="serve MCP on stdio (default) or streamable HTTP")
-    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
     serve.add_argument(
         "--allowed-host", action="append", default=[], metavar="HOST", help="HTTP: another Host header to accept"
     )
 
-    run = commands.add_parser(
-        "run", parents=[common], help="run one task in-process; the answer goes to stdout", epilog=MODEL_HELP
-    )
+
+def _add_run(run: argparse.ArgumentParser) -> None:
+    """The arguments of `meta-agent run`."""
     run.add_argument("task", type=_said, help="what to do, in words (quote it)")
     run.add_argument(
         "--mode", choices=["ask", "plan", "agent"], default="agent", help="one model turn, a plan, or the tool loop"
@@ -146,23 +143,69 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="print the structured result as JSON")
 
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line (README, Commands). Longer than ~60 lines on purpose: one declarative table of the commands
+    and their options reads better whole than cut into pieces (serve's, run's and runs' have their own)."""
+    common = _Parser(add_help=False)
+    # SUPPRESS: an option given before the command is not reset by the command's own parser.
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="servers.json to use (default: $META_AGENT_CONFIG, else ./servers.json)",
+    )
+    common.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default=argparse.SUPPRESS, help="log level"
+    )
+    parser = _Parser(
+        prog="meta-agent", description="An MCP server that is itself an agent.", epilog=MODEL_HELP, parents=[common]
+    )
+    parser.add_argument("--version", action="version", version=f"meta-agent {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    _add_serve(commands.add_parser("serve", parents=[common], help="serve MCP on stdio (default) or streamable HTTP"))
+    _add_run(
+        commands.add_parser(
+            "run", parents=[common], help="run one task in-process; the answer goes to stdout", epilog=MODEL_HELP
+        )
+    )
     trust = commands.add_parser(
         "trust", parents=[common], help="record a trust level for tools (kept beside the config); list what is recorded"
     )
     trust.add_argument(
         "pattern", nargs="?", metavar="TOOL", help="a namespaced tool name or glob (pg.execute_sql, pg.*)"
     )
-    trust.add_argument("level", nargs="?", choices=[*TRUST_LEVELS, "forget"], help="never, ask, always, or forget")
+    trust.add_argument(
+        "level",
+        nargs="?",
+        choices=[*TRUST_LEVELS, "forget"],
+        help="never, ask, always, or forget (`'*' forget` also sets aside a trust file that cannot be read)",
+    )
 
     tools = commands.add_parser("tools", parents=[common], help="the toolbox: each child's tools, status and trust")
     tools.add_argument("--json", action="store_true", help="print the toolbox as JSON")
     _add_runs(
-        commands.add_parser("runs", parents=[common], help="recent runs from their traces; `runs show ID` tells one")
+        commands.add_parser(
+            "runs",
+            parents=[common],
+            help="recent runs from their traces; `runs show ID` tells one",
+            description="Recent runs, read from the trace directory: META_AGENT_TRACE_DIR, else this user's"
+            " (shared by every checkout and every meta-agent this user runs); with META_AGENT_DATABASE_URL, the run"
+            " index of that database. Set either to read another history.",
+        )
     )
     check = commands.add_parser(
-        "check", parents=[common], help="validate servers.json, start every child and report; exit 1 if any fails"
+        "check",
+        parents=[common],
+        help="check the model and servers.json, start every child and report; exit 1 if a run could not start",
+        description="Check the model settings (the provider known, its key set, a server on this machine or its"
+        " network answering) and servers.json, start every child and report each; exit 1 when no model could serve"
+        " a run or a child failed.",
+        epilog=MODEL_HELP,
     )
-    for sub in (tools, check, trust):
+    install = _add_host_commands(commands, common)
+    for sub in (tools, check, trust, install):
         sub.add_argument(
             "--start-timeout",
             type=_seconds,
@@ -171,6 +214,40 @@ def _parser() -> argparse.ArgumentParser:
             help=f"how long a child may take to start (default {DEFAULT_START_TIMEOUT:g})",
         )
     return parser
+
+
+def _entry_name(text: str) -> str:
+    if not SERVER_NAME.fullmatch(text) or len(text) > 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: use up to 64 of A-Z a-z 0-9 _ -")
+    return text
+
+
+def _add_host_commands(commands: Any, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`install`, `uninstall` and `bundle` (docs/hosts.md); returns `install`'s parser."""
+    from meta_agent.hosts import DEFAULT_NAME, HOSTS  # what hosts there are: a few small modules, no SDK
+
+    install: argparse.ArgumentParser = commands.add_parser(
+        "install", parents=[common], help="put meta-agent into a host's config file and check that it starts"
+    )
+    uninstall = commands.add_parser("uninstall", parents=[common], help="take meta-agent out of a host's config file")
+    for sub in (install, uninstall):
+        sub.add_argument("host", choices=list(HOSTS), metavar="HOST", help=", ".join(HOSTS))
+        sub.add_argument("--name", type=_entry_name, default=DEFAULT_NAME, help=f"the entry's name ({DEFAULT_NAME})")
+        where = sub.add_mutually_exclusive_group()
+        where.add_argument("--project", type=Path, metavar="DIR", help="the host's file of this project")
+        where.add_argument("--file", type=Path, metavar="PATH", help="this file, not the host's own")
+        sub.add_argument("--force", action="store_true", help="replace or remove an entry of that name not ours")
+    install.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="in the entry's env (KEY alone: its value here)"
+    )
+    install.add_argument(
+        "--env-from-shell", action="store_true", help="the variables meta-agent reads that are set here, into env"
+    )
+    install.add_argument("--no-check", action="store_true", help="write the entry without starting it")
+    bundle = commands.add_parser("bundle", parents=[common], help="build meta-agent.mcpb, a bundle for Claude Desktop")
+    bundle.add_argument("--output", type=Path, default=Path("meta-agent.mcpb"), metavar="PATH", help="where it goes")
+    bundle.add_argument("--python", metavar="PATH", help="the Python that runs it (default: this installation's)")
+    return install
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from meta_agent.cli.runs import show_runs
 
         return _quietly_on_a_closed_pipe(show_runs, args)
+    if args.command in ("install", "uninstall", "bundle"):  # the host's file, not the engine: none of what follows
+        from meta_agent.cli import install
+
+        return _quietly_on_a_closed_pipe(install.run, args)
     if args.command == "trust" and args.pattern is not None and args.level is None:
         return fail("trust: give a level after the tool: never, ask, always or forget", EXIT_USAGE)
     try:
@@ -196,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # an unknown name is bad input: say so before starting
         settings.enabled_internal_tools([tool.name for tool in INTERNAL_TOOLS])
         args.trust_file = trust_path(args.config)
-        if args.command != "tools":  # likewise a broken trust file; `tools` shows what it does to the levels
+        # likewise a broken trust file; `tools` shows what it does to the levels, and `trust … forget` repairs it
+        if args.command != "tools" and not (args.command == "trust" and args.level == "forget"):
             trustfile.load(args.trust_file)
         if settings.database_url and args.command in ("serve", "run"):  # and a shared database it cannot use
             from meta_agent.store.database import check

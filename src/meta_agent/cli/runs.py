@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from meta_agent.cli.terminal import EXIT_USAGE, fail, note
-from meta_agent.config.settings import load_settings
+from meta_agent.config.settings import Settings, load_settings
 from meta_agent.core.events import (
     ApprovalAnswered,
     LimitReached,
@@ -89,7 +89,7 @@ def show_runs(args: argparse.Namespace) -> int:
             where, listing = str(directory), recent(directory)
     except ConfigError as exc:
         return fail(str(exc), EXIT_USAGE)
-    print(f"{where}: {plural(len(listing.runs), 'recent run')}")
+    print(f"{where}: {plural(len(listing.runs), 'recent run')}{_whose(settings)}")
     for index, run in enumerate(listing.runs):
         seconds = f"{run.seconds:.2f} s" if run.seconds is not None else "?"
         task = one_line(run.task, TASK_SHOWN)
@@ -107,6 +107,16 @@ def show_runs(args: argparse.Namespace) -> int:
     if left_out is not None and (left_out or not listing.runs):
         note(f"runs: {_others(left_out)}")
     return 0
+
+
+def _whose(settings: Settings) -> str:
+    """Which history the listing is, and how to read another: a trace directory is every run of this user's that
+    wrote there, whichever checkout or host ran it."""
+    if settings.database_url:
+        return ""  # the run index names its subject instead; META_AGENT_DATABASE_URL chose it
+    if settings.trace_dir:
+        return " (the traces in META_AGENT_TRACE_DIR; unset, this user's)"
+    return " (this user's, from every checkout and host; META_AGENT_TRACE_DIR=DIR reads the traces in DIR)"
 
 
 def _others(left_out: int) -> str:

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 from meta_agent.core import events as ev
 from meta_agent.core.event_lines import describe
 from meta_agent.core.result import RunResult
-from meta_agent.shared.text import plural
+from meta_agent.shared.text import one_line, plural
 
 if TYPE_CHECKING:  # types only: the main module imports this one, and must not load the MCP SDK for `--help`
     from meta_agent.children.pool import ChildPool
     from meta_agent.children.supervisor import ChildStatus
     from meta_agent.config.servers import WebhookEntry
     from meta_agent.core.tools import ToolSpec
+    from meta_agent.providers.model_check import ModelVerdict
     from meta_agent.toolbox.build import Toolbox
 
 EXIT_FAILED = 1
@@ -119,6 +120,18 @@ def check_line(status: ChildStatus, paint: Paint) -> str:
     if status.state == "disabled":
         return paint("disabled", "dim")
     return f"{paint(status.state, 'red')}  {status.error}"
+
+
+def print_models(setting: str | None, models: Sequence[ModelVerdict], out: TextIO) -> None:
+    """`check`'s model lines: the setting, then each model of it with its state and why."""
+    paint = paint_for(out)
+    setting = one_line(setting or "", 200)
+    print(f"META_AGENT_MODEL={setting}" if setting else "META_AGENT_MODEL is not set", file=out)
+    width = max(len(model.model) for model in models)
+    colours = {"ready": "green", "failed": "red", "host": "yellow"}
+    for model in models:
+        state = paint(model.state.ljust(6), colours[model.state])
+        print(f"  {model.model.ljust(width)}  {state}  {model.detail}", file=out, flush=True)
 
 
 def webhook_line(entry: WebhookEntry, paint: Paint) -> str:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tools import WEBHOOKS
 from meta_agent.errors import ConfigError
+from meta_agent.shared.json_errors import invalid_json
 from meta_agent.shared.text import first_line, one_line
 from meta_agent.shared.urls import loggable_url
 from meta_agent.shared.validation import json_kind, json_path, refusal
@@ -302,7 +303,7 @@ def parse_servers(text: str, source: str, environ: Mapping[str, str]) -> Servers
     try:
         raw = json.loads(text.removeprefix("\ufeff"), object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{source}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+        raise ConfigError(invalid_json(source, exc)) from None
     except _DuplicateKey as exc:
         raise ConfigError(f"{source}: key {exc.args[0]!r} appears twice in one object") from None
     except (ValueError, RecursionError) as exc:  # a number too long to convert, or nesting too deep

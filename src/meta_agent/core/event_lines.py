@@ -11,7 +11,8 @@ from meta_agent.core.result import UnavailableServer, unavailable_line
 from meta_agent.shared.text import one_line, plural
 
 ARGUMENTS_SHOWN = 160
-TEXT_SHOWN = 160
+TEXT_SHOWN = 160  # characters of a model's thinking, a child's progress message, a failed model's brief
+ERROR_SHOWN = 300  # characters of a tool's error, whose end often says the fix (`--allow f.write_file`)
 UNAVAILABLE_SHOWN = 600  # characters of the servers not ready and why, on a run's first line
 _DEEPEST = 8  # nesting shown in an arguments line: deeper values are "…"
 _SHORTEST_ITEM = 4  # what one more item of a list or map adds to an arguments line, at least (`, 1`)
@@ -25,20 +26,20 @@ def describe(event: ev.Event) -> str | None:
             line = f"start · run {run_id} · {mode} with {model}{then} · {plural(len(tools), 'tool')}"
             return line + _not_ready(event.unavailable_servers)
         case ev.ModelSwitched(step=step, failed=failed, brief=brief, next=following):
-            return f"step {step} · {failed} failed ({one_line(brief, TEXT_SHOWN)}); going on with {following}"
+            return f"step {step} · {failed} failed ({_words(brief, TEXT_SHOWN)}); going on with {following}"
         case ev.ModelTurnStarted(step=step, final=final):
             return f"step {step} · model{' (last turn, no tools)' if final else ''}"
         case ev.Thinking(step=step, text=text):
-            return f"step {step} · thinking: {one_line(text, TEXT_SHOWN)}"
+            return f"step {step} · thinking: {_words(text, TEXT_SHOWN)}"
         case ev.ToolCallStarted(step=step, name=name, arguments=arguments):
             return f"step {step} · call {name} {arguments_line(arguments, ARGUMENTS_SHOWN)}"
         case ev.ToolCallFinished(step=step, name=name, ok=True, duration_ms=ms):
             return f"step {step} · {name} ok ({ms} ms)"
         case ev.ToolCallFinished(step=step, name=name, duration_ms=ms, error=error):
-            return f"step {step} · {name} error ({ms} ms): {one_line(error or '', TEXT_SHOWN)}"
+            return f"step {step} · {name} error ({ms} ms): {_words(error or '', ERROR_SHOWN)}"
         case ev.ChildProgress(step=step, name=name, progress=progress, total=total, message=message):
             told = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
-            return f"step {step} · {name}: {one_line(told, TEXT_SHOWN)}"
+            return f"step {step} · {name}: {_words(told, TEXT_SHOWN)}"
         case ev.Heartbeat(step=0, waiting_for=what, elapsed_s=elapsed, run_id=run_id):  # before the run's first step
             return f"waiting · run {run_id} · for {what} ({elapsed:.0f} s)"
         case ev.Heartbeat(step=step, waiting_for=what, elapsed_s=elapsed):
@@ -56,10 +57,15 @@ def describe(event: ev.Event) -> str | None:
                 f"{plural(usage.tool_calls, 'tool call')})"
             )
         case ev.RunFailed(error=error):
-            return f"failed · {one_line(error, 300)}"
+            return f"failed · {_words(error, ERROR_SHOWN)}"
         case ev.ModelResponded():
             return None
     return None
+
+
+def _words(text: str, limit: int) -> str:
+    """A text of the run's on one line, cut after a whole word: a person reads these."""
+    return one_line(text, limit, at_a_word=True)
 
 
 def _not_ready(servers: tuple[UnavailableServer, ...]) -> str:

@@ -60,11 +60,11 @@ from meta_agent.shared.unimported import hidden
 from meta_agent.store.database import LOCAL_OWNER
 from meta_agent.store.parking import SharedRounds
 from meta_agent.store.tasks import TaskRows
+from meta_agent.toolbox import TOOLBOX_URI
 from meta_agent.toolbox.live import config_unusable
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
-TOOLBOX_URI = "meta-agent://toolbox"
 
 
 class MetaAgentServer(MCPServer[Front]):
@@ -203,6 +203,8 @@ class MetaAgentServer(MCPServer[Front]):
         if (pending := PENDING.get()) is not None and context is not None:
             start = partial(self._start_task, name, arguments, context, pending.ttl_ms)
             pending.made = await unless_caller_leaves(context, start)  # a caller gone first: its task never runs
+            if pending.made is None:  # as below: nobody should read it, but never an empty success
+                return tool_error("the caller went away; the call was cancelled")
             return t.CallToolResult(content=[])  # never sent: the task is (meta_agent.front.tasks.protocol)
         result = await unless_caller_leaves(context, partial(self._call, name, arguments, context))
         # Nobody reads this one: the SDK drops an answer to a closed stream.

@@ -14,6 +14,15 @@ import httpx2
 from meta_agent.errors import ModelNotConfigured
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+# The variables the providers read besides META_AGENT_MODEL: each vendor's key and endpoint (providers/factory.py).
+PROVIDER_VARIABLES = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "GEMINI_API_KEY",
+    "OLLAMA_HOST",
+)
 # Current models the installed SDKs list and do not mark deprecated.
 DEFAULT_MODELS = {"openai": "gpt-5.5", "anthropic": "claude-sonnet-5-5", "gemini": "gemini-2.5-flash"}
 # An Ollama that does not answer this fast is not running.
@@ -23,7 +32,8 @@ OLLAMA_PROBE_TIMEOUT = 0.5
 CANNOT_SAMPLE = "only a host can lend its model (through MCP sampling with tools)"
 WHAT_TO_SET = (
     "set META_AGENT_MODEL (e.g. openai:gpt-5.5, anthropic:claude-sonnet-5-5, ollama:qwen3, gemini:gemini-2.5-flash)"
-    " with its API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY), or run Ollama at OLLAMA_HOST"
+    " with its API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY); without a key, a model server on this"
+    " machine: OPENAI_BASE_URL=http://127.0.0.1:8080/v1 with META_AGENT_MODEL=openai:NAME, or Ollama at OLLAMA_HOST"
 )
 
 

@@ -36,10 +36,9 @@ import structlog
 from meta_agent.core.events import ModelRequested, ToolCallFinished
 from meta_agent.core.messages import ModelRequest
 from meta_agent.records import trace_owners, trace_values
+from meta_agent.shared.secrets import is_secret_name
 
 REDACTED = "[redacted]"
-# Environment variables whose values are secrets wherever they turn up.
-_SECRET_NAME = re.compile(r"(?i)(api_?key|token|secret|password|passwd|credential|auth)")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
 _KEY_SHAPED = re.compile(r"\b(sk-[A-Za-z0-9_-]{8,})")
 _MIN_SECRET = 4  # shorter values ("1", "on") are not worth hiding and would mangle the trace
@@ -71,7 +70,7 @@ class Redactor:
     def of(cls, environ: Mapping[str, str], servers: Mapping[str, Any], http_token: str | None = None) -> Redactor:
         """Secrets of the environment (by the variable's name), every env and header value of servers.json, and the
         HTTP token a caller gives us."""
-        secrets = [value for name, value in environ.items() if _SECRET_NAME.search(name)]
+        secrets = [value for name, value in environ.items() if is_secret_name(name)]
         if http_token:
             secrets.append(http_token)
         redactor = cls(secrets)

@@ -6,11 +6,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def one_line(text: str, limit: int | None = None) -> str:
+def one_line(text: str, limit: int | None = None, *, at_a_word: bool = False) -> str:
     """`text` on one line (every run of white space one space), cut with an ellipsis past `limit` characters (None:
-    never cut)."""
+    never cut); `at_a_word`: cut after the last whole word that fits, where one ends in the second half of the line
+    (a sentence cut mid-word reads as a typo), else mid-word as without it."""
     line = " ".join(text.split())
-    return line if limit is None or len(line) <= limit else f"{line[: limit - 1]}…"
+    if limit is None or len(line) <= limit:
+        return line
+    head = line[: limit - 1]
+    if at_a_word:
+        if line[limit - 1] != " " and (space := head.rfind(" ", limit // 2)) > 0:  # the cut is inside a word
+            head = head[:space]
+        head = head.rstrip(",;: ")
+    return f"{head}…"
 
 
 def printable(text: str) -> str:

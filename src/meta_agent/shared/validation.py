@@ -20,6 +20,7 @@ from pydantic_core import ErrorDetails
 from meta_agent.shared.text import one_line
 
 GOT_SHOWN = 40  # characters of a refused value, or of an odd key, quoted back
+PROBLEMS_SHOWN = 4  # problems named in one line; the rest are counted
 
 # What a JSON value is, in words: "got a list", "expected a whole number or null".
 JSON_KINDS: dict[type, str] = {
@@ -75,20 +76,37 @@ def json_path(loc: Location) -> str:
 def did_you_mean(name: str, known: Sequence[str], listing: str) -> str:
     """` (did you mean 'x'?)` when one of `known` is close to `name`, else ` ({listing}: a, b)`; "" if none is
     known. What follows a message about an unknown name."""
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
+    close = _close(name, known)
+    if close is not None:
+        return f" (did you mean {close!r}?)"
     return f" ({listing}: {', '.join(known)})" if known else ""
 
 
+def _close(name: str, known: Sequence[str]) -> str | None:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def refusal(exc: ValidationError, *, noun: str = "key", known: KnownKeys | None = None) -> str:
-    """The first problem of `exc` as `path: problem`, an unknown key before any other (it often explains the rest),
-    and how many more there are. `noun` names what the keys are ("key", "argument of agent"); `known` gives the
-    keys allowed where one is unknown."""
-    errors = exc.errors()
-    first = next((error for error in errors if error["type"] == "extra_forbidden"), errors[0])
-    more = len(errors) - 1
-    return _located(first, noun=noun, known=known) + (f" (and {more} more)" if more else "")
+    """Every problem of `exc` as `path: problem`, joined by "; ", unknown keys first (one often explains the rest):
+    the first PROBLEMS_SHOWN, and how many more there are. A missing key that an unknown key's did-you-mean names is
+    the same slip (`servers` for `mcpServers`), said once. `noun` names what the keys are ("key", "argument of
+    agent"); `known` gives the keys allowed where one is unknown."""
+    errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
+    meant = {_meant(error, known) for error in errors if error["type"] == "extra_forbidden"}
+    errors = [error for error in errors if not (error["type"] == "missing" and tuple(error["loc"]) in meant)]
+    said = [_located(error, noun=noun, known=known) for error in errors[:PROBLEMS_SHOWN]]
+    more = len(errors) - len(said)
+    return "; ".join(said) + (f" (and {more} more)" if more else "")
+
+
+def _meant(error: ErrorDetails, known: KnownKeys | None) -> tuple[int | str, ...] | None:
+    """Where the key is that an unknown key's did-you-mean names, if it names one."""
+    loc = tuple(error["loc"])
+    if known is None or not loc:
+        return None
+    close = _close(str(loc[-1]), known(loc[:-1]))
+    return None if close is None else (*loc[:-1], close)
 
 
 def refusals(exc: ValidationError, *, noun: str = "key") -> list[str]:

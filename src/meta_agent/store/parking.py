@@ -151,33 +151,48 @@ class SharedRounds:
         refused: str | None = await self._run(_give_answer, parked_id, asked, answer, self.replica, owner, time.time())
         return refused
 
-    async def next_outcome(
-        self, parked_id: str, after: int, report: Callable[[int, str], Any]
-    ) -> tuple[Outcome | None, str | None]:
-        """Wait for the outcome that follows question `after`, reporting the run's progress meanwhile; a result is
-        collected (its row deleted). (None, run_id) if the run's replica stopped first."""
+    async def answer_and_follow(
+        self, parked_id: str, asked: int, responses: dict[str, Any], owner: str, report: Callable[[int, str], Any]
+    ) -> tuple[str | None, Outcome | None, str | None]:
+        """Give `owner`'s answer to question `asked` (as `answer`), then wait for the run's outcome that follows it,
+        reporting the run's progress meanwhile: (why the answer was not taken, None, None), or (None, the outcome,
+        the run's id); the outcome is None if the run's replica stopped first, and a result is collected (its row
+        deleted). The wait listens before the answer is given: the run's first progress after it may come at once."""
         async with self._subscribed(parked_id) as notes:
-            while True:
-                row = await self._run(_read, parked_id)
-                if row is None:
-                    return None, None
-                outcome, alive_until, run_id = row
-                if outcome is not None and (outcome.final or outcome.asked > after):
-                    while True:  # the progress sent before the outcome, not yet reported (a look without a note)
-                        try:
-                            note = notes.receive_nowait()
-                        except anyio.WouldBlock:
-                            break
-                        if note.kind == "progress":
-                            await report(note.tick, note.message)
-                    if outcome.final:
-                        await self._run(_delete, parked_id)
-                    return outcome, run_id
-                if alive_until is None or alive_until < time.time():
-                    return None, run_id
-                with anyio.move_on_after(LOOK_AGAIN):
-                    while (note := await notes.receive()).kind == "progress":
+            if (refused := await self.answer(parked_id, asked, responses, owner)) is not None:
+                return refused, None, None
+            outcome, run_id = await self._follow(parked_id, asked, notes, report)
+            return None, outcome, run_id
+
+    async def _follow(
+        self,
+        parked_id: str,
+        after: int,
+        notes: MemoryObjectReceiveStream[Note],
+        report: Callable[[int, str], Any],
+    ) -> tuple[Outcome | None, str | None]:
+        """Wait for the outcome that follows question `after`, reporting the progress `notes` bring meanwhile."""
+        while True:
+            row = await self._run(_read, parked_id)
+            if row is None:
+                return None, None
+            outcome, alive_until, run_id = row
+            if outcome is not None and (outcome.final or outcome.asked > after):
+                while True:  # the progress sent before the outcome, not yet reported (a look without a note)
+                    try:
+                        note = notes.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                    if note.kind == "progress":
                         await report(note.tick, note.message)
+                if outcome.final:
+                    await self._run(_delete, parked_id)
+                return outcome, run_id
+            if alive_until is None or alive_until < time.time():
+                return None, run_id
+            with anyio.move_on_after(LOOK_AGAIN):
+                while (note := await notes.receive()).kind == "progress":
+                    await report(note.tick, note.message)
 
     async def pending(self, parked_id: str) -> Outcome | None:
         """The round of the question a run parked on any replica waits on, not yet answered; None: none is (the

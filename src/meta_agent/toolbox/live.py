@@ -42,6 +42,7 @@ from meta_agent.toolbox.build import (
     withheld_child_tools,
     withheld_webhooks,
 )
+from meta_agent.toolbox.missing import why_missing
 
 log = structlog.get_logger(__name__)
 # How often a followed config file (and the trust file) is looked at; a look is one stat() of each.
@@ -235,6 +236,8 @@ class LiveToolbox:
         """
         needed = self._children_needed(patterns, mode)
         await self.pool.wait_settled(needed)
+        if mode != "ask" and self._unmatched(patterns):  # the error to come names every child's tools: start them
+            await self.pool.wait_settled(child.name for child in self.pool if not child.entry.disabled)
         unavailable = self._unavailable(needed)
         tools = tuple(as_chosen(self.select(patterns, mode), patterns, chosen))
         search = None
@@ -267,6 +270,11 @@ class LiveToolbox:
                 )
         return chosen
 
+    def _unmatched(self, patterns: list[str] | None) -> bool:
+        """Whether a pattern of `patterns` matches no tool known now."""
+        names = [spec.name for spec in self().tools]
+        return any(not any(fnmatch.fnmatchcase(name, pattern) for name in names) for pattern in patterns or ())
+
     def _children_needed(self, patterns: list[str] | None, mode: Mode) -> list[str]:
         """The enabled children whose tools a run may use: none in ask mode (internal tools only), else each child
         that one of `patterns` can name (every one without patterns).
@@ -296,25 +304,9 @@ class LiveToolbox:
         )
 
     def _why_missing(self, pattern: str, mode: Mode) -> str:
-        if "__" in pattern and "." not in pattern:  # the model's name of a tool (server__tool), not its own
-            dotted = pattern.replace("__", ".", 1)
-            return f" (tools are named SERVER.TOOL, as `meta-agent tools` lists them: did you mean {dotted!r}?)"
-        if mode == "ask":
-            internal = ", ".join(spec.name for spec in self().select(None, mode="ask")) or "none is enabled"
-            return f" of ask mode, which uses internal tools only ({internal})"
-        if "." not in pattern:  # a tool's own name without its server's (get_current_time): the likeliest slip
-            named = [spec.name for spec in self().tools if spec.server and fnmatch.fnmatchcase(spec.tool, pattern)]
-            servers = [child.name for child in self.pool]  # a run starts no child for such a pattern: names only
-            if not named and len(servers) == 1:
-                named = [f"{servers[0]}.{pattern}"]
-            guess = f": did you mean {named[0]!r}?" if named else ""
-            return f" (a server's tools are named SERVER.TOOL, as `meta-agent tools` lists them{guess})"
-        down = [child.status for child in self.pool if child.status.state != "ready"]
-        down = [status for status in down if may_name_server(pattern, status.name)]
-        if down:
-            return f" ({'; '.join(_not_ready(status) for status in down)})"
-        names = some_of([spec.name for spec in self().tools], 12)
-        return f" (the tools are: {names})" if names else " (there are no tools)"
+        toolbox = self()
+        children = [child.status for child in self.pool]
+        return why_missing(pattern, mode, toolbox.tools, toolbox.select(None, mode="ask"), children)
 
 
 def config_unusable(problem: str, *, loaded: bool) -> str:
@@ -388,12 +380,6 @@ def _why_not_ready(status: ChildStatus) -> str:
     if status.state == "starting":
         return "still starting when the run began"
     return one_line(status.error or f"the server is {status.state}")
-
-
-def _not_ready(status: ChildStatus) -> str:
-    if status.state == "starting":
-        return f"server {status.name!r} is still starting"
-    return f"server {status.name!r} is {status.state}{': ' + status.error if status.error else ''}"
 
 
 def _tool_json(spec: ToolSpec, withheld: str | None = None) -> dict[str, Any]:

@@ -356,14 +356,16 @@ class ParkedRuns:
             await ctx.report_progress(tick, None, message)
 
         try:
-            if (refused := await shared.answer(parked_id, seq, _dumped(responses), owner)) is not None:
-                return tool_error(NO_LONGER_PENDING if refused == "gone" else ANSWERED)
             try:
-                outcome, run_id = await shared.next_outcome(parked_id, seq, report)
+                refused, outcome, run_id = await shared.answer_and_follow(
+                    parked_id, seq, _dumped(responses), owner, report
+                )
             except anyio.get_cancelled_exc_class():  # the caller gave up on this round: stop the run
                 with anyio.CancelScope(shield=True):
                     await shared.notify(Note(parked_id, "cancel"))
                 raise
+            if refused is not None:
+                return tool_error(NO_LONGER_PENDING if refused == "gone" else ANSWERED)
         except shared.database.errors as exc:
             return tool_error(f"cannot reach the database the replicas share ({shared.database.label}): {exc}")
         if outcome is None:
