@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,7 +14,15 @@ import mcp.types as t
 import psutil
 import pytest
 import structlog
-from conftest import Changes, everything_entry, everything_over_http, fault_entry, pid_alive, time_entry
+from conftest import (
+    FAULT_SERVER,
+    Changes,
+    everything_entry,
+    everything_over_http,
+    fault_entry,
+    pid_alive,
+    time_entry,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -118,7 +127,7 @@ async def test_a_crash_mid_call_fails_fast_and_the_child_comes_back() -> None:
         child = pool["f"]
         await changes.until(lambda: child.status.state == "ready")
         first_pid = int(text_of(await child.call("pid", {})))
-        with pytest.raises(ChildDied, match="closed during crash"):
+        with pytest.raises(ChildDied, match=r"^f: the server exited during crash \(exit status 1\); restarting it$"):
             await child.call("crash", {})
         # Later calls fail at once while it restarts, saying so.
         assert child.status.state == "restarting"
@@ -129,6 +138,44 @@ async def test_a_crash_mid_call_fails_fast_and_the_child_comes_back() -> None:
         assert child.status.restarts == 1
         assert {"echo", "crash"} <= {tool.name for tool in child.tools}
         assert int(text_of(await child.call("pid", {}))) != first_pid
+
+
+async def test_a_child_that_exits_during_a_call_says_its_exit_status_and_last_stderr_line() -> None:
+    """The call's error, and the child's status until it is back, say how it ended: its exit status (or the signal
+    that killed it) and the last line it wrote to stderr during the call."""
+    changes = Changes()
+    async with ChildPool({"f": fault_entry()}, on_change=changes) as pool:
+        for how, ended in [
+            ("said", "exit status 7; its stderr ended with: fault_server: crashing as asked"),
+            ("sigkill", "killed by SIGKILL"),
+        ]:
+            await changes.until(lambda: pool["f"].status.state == "ready")
+            child = pool["f"]
+            with pytest.raises(ChildDied) as died:
+                await child.call("crash", {"how": how})
+            assert str(died.value) == f"f: the server exited during crash ({ended}); restarting it"
+            assert child.status.error == f"the server exited during crash ({ended})" or child.status.state == "ready"
+
+
+async def test_a_child_whose_command_cannot_run_is_failed_until_a_reload_finds_it_mended(tmp_path: Path) -> None:
+    """A command that does not exist, or cannot be run, is `failed` with the reason, not restarted for ever; a reload
+    of servers.json (the same entry) tries it again, and it starts once mended."""
+    script = tmp_path / "server.sh"
+    servers = {"c": ServerEntry(command=str(script))}
+    async with ChildPool(servers) as pool:
+        await pool.wait_settled()
+        status = pool["c"].status
+        assert (status.state, status.error, status.retry_in) == ("failed", f"command not found: {script}", None)
+        script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAULT_SERVER}\n")  # there, but not executable
+        assert pool.reconcile(servers).restarted == ("c",)
+        await pool.wait_settled()
+        status = pool["c"].status
+        assert (status.state, status.error) == ("failed", f"cannot run {script}: permission denied")
+        script.chmod(0o755)
+        pool.reconcile(servers)
+        await pool.wait_settled()
+        assert pool["c"].status.state == "ready"
+        assert pool.reconcile(servers).restarted == ()  # a child that is up is left alone
 
 
 @pytest.mark.usefixtures("stderr_read_in_thread")

@@ -67,7 +67,7 @@ async def go(pool: ChildPool, script: list[Any]) -> tuple[RunResult, ScriptedPro
 async def test_a_child_crash_mid_run_is_a_tool_error_and_the_run_goes_on(pool: ChildPool) -> None:
     result, provider = await go(pool, [reply("", call("crashy__crash")), reply("it crashed")])
     [(text, is_error)] = tool_results(provider.requests[1])
-    assert is_error and "crashy: the server's connection closed during crash" in text
+    assert is_error and "crashy: the server exited during crash (exit status 1)" in text
     assert result.stop_reason == "final"
 
 

@@ -579,23 +579,39 @@ async def test_over_http_a_childs_question_reaches_a_2026_caller(http_url: str, 
     assert user.asked == ["Are you sure?"] and tool_message(llm) == "sure=True"
 
 
+@pytest.mark.parametrize("sampling", [False, True], ids=["nothing", "sampling-only"])
 @pytest.mark.parametrize("child_era", list(CHILD_QUESTIONS))
-async def test_a_2026_caller_that_cannot_be_asked_gets_its_child_declined(child_era: str, llm: FakeLLM) -> None:
+async def test_a_2026_caller_that_cannot_be_asked_gets_its_child_declined(
+    child_era: str, sampling: bool, llm: FakeLLM
+) -> None:
+    """A caller declaring no elicitation is never asked the child's question: declaring sampling only, its run is
+    parked (it could be asked for a completion), yet the child's elicitation is declined unasked."""
     entry, tool, _asks, _answer, _accepted_said, declined_said = CHILD_QUESTIONS[child_era]
     server = build_server(Settings(model="openai:fake-model"), {"f": entry}, openai_env(llm))
     llm.reply(openai_reply(None, ("c1", tool, {})))
     llm.reply(openai_reply("ended"))
-    async with Client(server) as client:  # 2026-07-28, declaring no elicitation
+
+    async def never(_ctx: Any, _params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+        raise AssertionError("the child's question is no completion")
+
+    options: dict[str, Any] = {"sampling_callback": never} if sampling else {}
+    async with Client(server, **options) as client:  # 2026-07-28, declaring no elicitation
         with anyio.fail_after(60):
             result = await client.call_tool("agent", {"task": "ask me"})
     assert result.content[0].text == "ended"  # type: ignore[union-attr]
     assert declined_said in tool_message(llm)
 
 
-@pytest.mark.parametrize("sampling", [True, False], ids=["sampling", "no-sampling"])
-async def test_a_childs_sampling_reaches_a_2026_caller_that_declared_it(sampling: bool, llm: FakeLLM) -> None:
+@pytest.mark.parametrize(
+    ("sampling", "elicitation"),
+    [(True, True), (True, False), (False, True)],
+    ids=["sampling", "sampling-only", "no-sampling"],
+)
+async def test_a_childs_sampling_reaches_a_2026_caller_that_declared_it(
+    sampling: bool, elicitation: bool, llm: FakeLLM
+) -> None:
     """server-everything's trigger-sampling-request asks *us* for a completion: a round for a caller that declared
-    sampling, whose model's answer the child gets; an error for the child otherwise."""
+    sampling (with elicitation or without), whose model's answer the child gets; an error for the child otherwise."""
     entry = everything_entry(trust={"trigger-sampling-request": "always"})
     server = build_server(Settings(model="openai:fake-model"), {"f": entry}, openai_env(llm))
     llm.reply(openai_reply(None, ("c1", "f__trigger-sampling-request", {"prompt": "hello"})))
@@ -608,7 +624,9 @@ async def test_a_childs_sampling_reaches_a_2026_caller_that_declared_it(sampling
         return t.CreateMessageResult(role="assistant", content=text, model="host-model")
 
     options: dict[str, Any] = {"sampling_callback": model} if sampling else {}
-    async with Client(server, elicitation_callback=Someone(), **options) as client:
+    if elicitation:
+        options["elicitation_callback"] = Someone()
+    async with Client(server, **options) as client:
         with anyio.fail_after(60):
             result = await client.call_tool("agent", {"task": "sample"})
     assert result.content[0].text == "sampled"  # type: ignore[union-attr]

@@ -459,7 +459,9 @@ async def test_internal_tools_can_be_switched_off() -> None:
         assert {tool.name for tool in (await client.list_tools()).tools} == {"ask", "plan", "agent"}
 
 
-async def test_the_hosts_model_through_sampling_on_a_legacy_session() -> None:
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_hosts_model_through_sampling_calls_a_childs_tool(era: str) -> None:
+    """No model set: the host's model, on its session (2025-11-25) or in rounds of the call (2026-07-28)."""
     asked: list[t.CreateMessageRequestParams] = []
 
     async def sample(_ctx: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResultWithTools:
@@ -476,32 +478,18 @@ async def test_the_hosts_model_through_sampling_on_a_legacy_session() -> None:
 
     server = build_server(Settings(), {"time": time_entry()}, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
     caps = t.SamplingCapability(tools=t.SamplingToolsCapability())
-    async with Client(server, mode="legacy", sampling_callback=sample, sampling_capabilities=caps) as client:
+    mode = "legacy" if era == "legacy" else "auto"
+    async with Client(server, mode=mode, sampling_callback=sample, sampling_capabilities=caps) as client:
         progress = ProgressLog()
         result = await client.call_tool("agent", {"task": "time?"}, progress_callback=progress)
     assert text_of(result) == "It is noon (UTC), says the host's model."
+    assert result.structured_content and result.structured_content["steps"][0]["tool_calls"][0]["ok"] is True
     assert progress.messages[0].startswith(f"start · run {result.structured_content['run_id']} · agent with sampling")  # type: ignore[index]
     assert asked[0].tools and "time__get_current_time" in {tool.name for tool in asked[0].tools}
     last = asked[1].messages[-1]
     assert last.role == "user"
     results = last.content if isinstance(last.content, list) else [last.content]
     assert isinstance(results[0], t.ToolResultContent) and results[0].tool_use_id == "u1"
-
-
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_meta_agent_model_sampling_uses_the_hosts_model_or_says_why_not(mode: str) -> None:
-    async def sample(_ctx: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResultWithTools:
-        text = t.TextContent(type="text", text="the host's model answered")
-        return t.CreateMessageResultWithTools(role="assistant", content=[text], model="host", stop_reason="endTurn")
-
-    server = build_server(Settings(model="sampling"), {}, {})
-    caps = t.SamplingCapability(tools=t.SamplingToolsCapability())
-    async with Client(server, mode=mode, sampling_callback=sample, sampling_capabilities=caps) as client:
-        result = await client.call_tool("agent", {"task": "hi"})
-    if mode == "legacy":
-        assert text_of(result) == "the host's model answered"
-    else:  # 2026-07-28 has no back-channel to sample through
-        assert result.is_error and text_of(result).startswith("META_AGENT_MODEL=sampling: this caller cannot sample")
 
 
 async def test_the_time_limit_setting_bounds_a_run(llm: FakeLLM) -> None:

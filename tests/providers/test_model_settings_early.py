@@ -41,7 +41,7 @@ BAD_FOR_EVERY_COMMAND = [
 # Bad for `run` only: `serve`'s host may lend its own model through sampling.
 BAD_FOR_RUN = [
     ("", "no model is configured: set META_AGENT_MODEL"),
-    ("sampling", "META_AGENT_MODEL=sampling: this caller cannot sample"),
+    ("sampling", "META_AGENT_MODEL=sampling: only a host can lend its model"),
 ]
 
 

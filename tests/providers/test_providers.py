@@ -523,7 +523,7 @@ async def test_no_model_anywhere_says_what_to_set() -> None:
         ("openai:gpt-5.5", {}, "openai:gpt-5.5: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)"),
         ("anthropic:claude-sonnet-5-5", {}, "anthropic:claude-sonnet-5-5: set ANTHROPIC_API_KEY"),
         ("gemini:gemini-2.5-flash", {}, "set GEMINI_API_KEY"),
-        ("sampling", {}, "META_AGENT_MODEL=sampling: this caller cannot sample"),
+        ("sampling", {}, "META_AGENT_MODEL=sampling: only a host can lend its model"),
     ],
 )
 async def test_a_model_that_cannot_be_used_says_why(spec: str, env: dict[str, str], message: str) -> None:

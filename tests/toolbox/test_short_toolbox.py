@@ -69,8 +69,8 @@ def texts(result: t.CallToolResult) -> list[str]:
 
 def assert_short_of_both(unavailable: list[dict[str, Any]]) -> None:
     assert [(server["server"], server["status"]) for server in unavailable] == [
-        ("gone", "restarting"),  # `serve` retries a child that fails
-        ("nomod", "restarting"),
+        ("gone", "failed"),  # no retry can mend a command that does not exist
+        ("nomod", "restarting"),  # `serve` retries a child that fails otherwise
     ]
     assert unavailable[0]["reason"] == f"command not found: {MISSING_COMMAND}"
     assert f"No module named {MISSING_MODULE}" in unavailable[1]["reason"]
@@ -87,10 +87,10 @@ async def test_an_agent_call_names_the_servers_it_went_without(client: Client, l
     assert texts(result)[0] == "Done with what there was."
     [told] = [text for text in texts(result) if text.startswith(NOT_READY)]
     assert "\n" not in told
-    assert f"gone (restarting: command not found: {MISSING_COMMAND})" in told
+    assert f"gone (failed: command not found: {MISSING_COMMAND})" in told
     assert "nomod (restarting: " in told and MISSING_MODULE in told
     first = progress.messages[0]
-    assert first.startswith("start · run ") and "gone (restarting" in first and "nomod (restarting" in first
+    assert first.startswith("start · run ") and "gone (failed" in first and "nomod (restarting" in first
     assert "off" not in json.dumps(structured["unavailable_servers"])
 
 

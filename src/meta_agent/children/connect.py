@@ -55,8 +55,12 @@ class Hooks:
     def on_stderr(self, raw: bytes) -> None:
         line = quoted(raw.decode("utf-8", "replace"), LINE_MAX)
         if line:
-            self.clues.stderr.append(line)
+            self.clues.note_stderr(line)
             log.info("child_stderr", server=self.name, line=line)
+
+    def on_stderr_closed(self) -> None:
+        self.clues.stderr_closed.set()
+        self.stderr_closed()
 
     async def on_http_response(self, response: httpx2.Response) -> None:
         if response.status_code >= 400:
@@ -88,8 +92,8 @@ async def connect(entry: ServerEntry, hooks: Hooks) -> AsyncIterator[Client]:
         command=entry.command, args=list(entry.args), env=entry.env, cwd=entry.cwd, encoding_error_handler="replace"
     )
     async with anyio.create_task_group() as tg:
-        with stderr_pipe(tg, hooks.on_stderr, hooks.stderr_closed) as errlog:
-            async with _client(stdio_child(hooks.name, params, errlog), hooks) as client:
+        with stderr_pipe(tg, hooks.on_stderr, hooks.on_stderr_closed) as errlog:
+            async with _client(stdio_child(hooks.name, params, errlog, hooks.clues.note_exit), hooks) as client:
                 errlog.close()  # the child has its own copy now; the pipe ends when the child does
                 yield client
         tg.cancel_scope.cancel()

@@ -4,15 +4,19 @@ A failure reaches the supervisor as an exception from the SDK, a transport or th
 groups of the task groups it crossed. `describe_failure` names it in the child's terms (the command not found, the
 HTTP status, the server exiting during start-up; an HTTP child by its URL without the query or user info that may hold
 its key) and adds what the child itself left behind (`Clues`): the
-non-protocol output it wrote to stdout, or its last stderr lines.
+non-protocol output it wrote to stdout, or its last stderr lines; and, for a child that exited during a call, its exit
+status and the last line it wrote to stderr meanwhile. `lasts` tells a failure that trying again cannot mend (a
+command that does not exist or cannot be run) from one that may pass.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from collections import deque
 from dataclasses import dataclass, field
 
+import anyio
 import httpx2
 import mcp.types as t
 import pydantic
@@ -45,8 +49,35 @@ class Clues:
     """What a child left behind during one connection that can explain why the connection failed."""
 
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL))
+    stderr_lines: int = 0  # how many lines it wrote to stderr in all (a call notes where it began)
     bad_output: str | None = None  # the last line it wrote to stdout that was not JSON-RPC, described
     http_status: int | None = None  # the last HTTP error status it answered with
+    exit_status: int | None = None  # a stdio child's, once it exited on its own (not ended by us)
+    exited: anyio.Event = field(default_factory=anyio.Event)  # set with `exit_status`
+    stderr_closed: anyio.Event = field(default_factory=anyio.Event)  # every writer of its stderr is gone
+
+    def note_stderr(self, line: str) -> None:
+        self.stderr.append(line)
+        self.stderr_lines += 1
+
+    def note_exit(self, status: int) -> None:
+        self.exit_status = status
+        self.exited.set()
+
+    async def settled(self, within: float) -> None:
+        """Wait, `within` seconds at most, until the exit status is known and the child's stderr has been read to its
+        end (its last line comes in after its exit, or a grandchild may hold the pipe a while longer)."""
+        with anyio.move_on_after(within):
+            await self.exited.wait()
+            await self.stderr_closed.wait()
+
+    def explain_exit(self, text: str, since: int) -> str:
+        """`text` (the child exited), with its exit status and the last line it wrote to stderr after its first
+        `since` lines, where known: `the server exited during crash (exit status 7; its stderr ended with: ...)`."""
+        known = [] if self.exit_status is None else [exit_status(self.exit_status)]
+        if self.stderr_lines > since and self.stderr:
+            known.append(f"its stderr ended with: {quoted(self.stderr[-1])}")
+        return f"{text} ({'; '.join(known)})" if known else text
 
     def explain_start(self, text: str) -> str:
         """`text` (why the start failed), with what the child said last: its bad stdout, else its stderr."""
@@ -56,6 +87,25 @@ class Clues:
             telling = [line for line in self.stderr if _TELLING.search(line)]
             return f"{text}; its stderr ended with: {quoted((telling or list(self.stderr))[-1])}"
         return text
+
+
+def exit_status(code: int) -> str:
+    """A process's return code as a person reads it: `exit status 1`, or `killed by SIGKILL` (a negative code)."""
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def lasts(exc: BaseException, entry: ServerEntry, *, ready: bool) -> bool:
+    """Whether the failure `exc` of the child of `entry` cannot pass by trying again: its command does not exist or
+    cannot be run, or its cwd is no directory. Such a child is failed until servers.json changes or is reloaded."""
+    inner = leaf(exc)
+    if isinstance(inner, StartFailure):
+        return True
+    return entry.command is not None and not ready and isinstance(inner, FileNotFoundError | PermissionError)
 
 
 def describe_failure(exc: BaseException, entry: ServerEntry, *, ready: bool, clues: Clues) -> str:

@@ -90,12 +90,17 @@ class ChildPool:
 
     def reconcile(self, servers: Mapping[str, ServerEntry]) -> Reconciled:
         """Make the running children those of `servers`: start the added, stop the removed, restart the changed (a
-        new child in the old one's place) and leave the rest alone, their connections and calls untouched. A stopped
-        child refuses new calls at once and is closed once its calls in flight are over (or out of time). The webhooks
-        become those `servers` carries."""
+        new child in the old one's place) and those failed for good (a command that did not exist may have been
+        installed since), and leave the rest alone, their connections and calls untouched. A stopped child refuses new
+        calls at once and is closed once its calls in flight are over (or out of time). The webhooks become those
+        `servers` carries."""
         assert self._tg is not None, "reconcile a running pool"
         removed = [name for name in self._children if name not in servers]
-        changed = [name for name, entry in servers.items() if name in self._children and self[name].entry != entry]
+        changed = [
+            name
+            for name, entry in servers.items()
+            if name in self._children and (self[name].entry != entry or self[name].status.state == "failed")
+        ]
         for name in removed:
             self._stop(self[name], "the server was removed from the configuration")
         for name in changed:

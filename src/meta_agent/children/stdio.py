@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import TextIO
 
@@ -82,6 +82,7 @@ class ProcessGroup:
         self.leader = leader
         self._lock = anyio.Lock()
         self._ended = False
+        self.signalled = False  # whether we sent the group a signal: the leader's exit status is then ours
         _RUNNING[leader.pid] = name
 
     async def end(self) -> None:
@@ -132,6 +133,7 @@ class ProcessGroup:
         return True
 
     def _signal(self, signum: int) -> None:
+        self.signalled = True
         with suppress(ProcessLookupError, PermissionError):  # gone since the last look; or all we may signal
             os.killpg(self.leader.pid, signum)
 
@@ -140,9 +142,12 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObj
 
 
 @asynccontextmanager
-async def stdio_child(name: str, params: StdioServerParameters, errlog: TextIO) -> AsyncIterator[Streams]:
+async def stdio_child(
+    name: str, params: StdioServerParameters, errlog: TextIO, on_exit: Callable[[int], None] | None = None
+) -> AsyncIterator[Streams]:
     """An MCP transport to a child started from `params` in its own process group, with its stderr going to
-    `errlog`; leaving it (or the death of the child's direct process) ends the whole group.
+    `errlog`; leaving it (or the death of the child's direct process) ends the whole group. `on_exit` hears the
+    direct process's exit status once the group has ended, unless a signal of ours ended it (POSIX).
 
     Raises:
         OSError: the command cannot be started (FileNotFoundError, PermissionError...).
@@ -183,6 +188,8 @@ async def stdio_child(name: str, params: StdioServerParameters, errlog: TextIO) 
         with anyio.CancelScope(shield=True):
             await group.end()  # if spawning the tasks failed; else already done
             if leader.returncode is not None:  # else an unkillable leader, already reported: abandon it
+                if on_exit is not None and not group.signalled:  # its own exit (a crash, or its end on EOF)
+                    on_exit(leader.returncode)
                 await leader.aclose()
 
 

@@ -11,7 +11,9 @@ child failed is told in one line (failures.py); a child's questions during a cal
 (questions.py).
 
 We hear that a child's tools changed as its era says: a 2025-11-25 child sends `notifications/tools/list_changed`,
-a 2026-07-28 child sends it on the `subscriptions/listen` stream its supervisor keeps open. The children run in a
+a 2026-07-28 child sends it on the `subscriptions/listen` stream its supervisor keeps open (tool_changes.py). A child
+whose failure no retry can mend (its command does not exist) is failed, not restarted; one that exits during a call
+fails that call saying its exit status and its last stderr line. The children run in a
 `ChildPool` (pool.py), which also retires a child whose entry a reload removed or changed.
 """
 
@@ -19,8 +21,8 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -32,13 +34,12 @@ import pydantic
 import structlog
 from anyio.abc import TaskStatus
 from mcp import Client
-from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from meta_agent.children.connect import Hooks, connect, list_all_tools
-from meta_agent.children.failures import Clues, describe_exception, describe_failure, first_error
+from meta_agent.children.failures import Clues, describe_exception, describe_failure, first_error, lasts
 from meta_agent.children.questions import QuestionRelay, Questions
+from meta_agent.children.tool_changes import hearing_tool_changes
 from meta_agent.config.servers import ServerEntry
 from meta_agent.core.tools import ProgressFn
 from meta_agent.errors import ChildDied, ChildProtocolError, ChildTimeout, ChildUnavailable
@@ -57,10 +58,11 @@ BACKOFF_CAP = 30.0
 STABLE_AFTER = 60.0
 # How long a liveness probe may take after a stdio child closed its stderr.
 PROBE_TIMEOUT = 5.0
-# A 2026-07-28 child's listen stream that drops is opened again after this (its tools are listed again then).
-RELISTEN_AFTER = 1.0
 # What a retired child's calls in flight get beyond their own timeout before its connection is closed.
 RETIRE_GRACE = 1.0
+# A call whose stdio child exited under it waits this long, at most, for the child's exit status and last stderr
+# line, to say them (the process is reaped and its pipe read to the end a few milliseconds after its stdout closes).
+CRASH_WAIT = 1.0
 
 ChildState = Literal["starting", "ready", "restarting", "failed", "disabled"]
 
@@ -185,7 +187,8 @@ class ChildServer:
             ChildTimeout: no answer within `timeout`; the call was cancelled in the child.
             ChildProtocolError: the child answered with a JSON-RPC error or a malformed result.
         """
-        client, lost = self._client, self._lost
+        client, lost, clues = self._client, self._lost, self._clues
+        stderr_before = clues.stderr_lines  # what the child writes to stderr from now on may say why it dies
         if self._retired is not None:
             raise ChildUnavailable(self.name, self._retired)
         if client is None or self._state != "ready":
@@ -202,8 +205,7 @@ class ChildServer:
             if self.retired is not None and exc.code == t.CONNECTION_CLOSED:
                 raise ChildDied(self.name, f"{self.retired}; {tool} was still running after its timeout") from None
             if exc.code == t.CONNECTION_CLOSED:
-                self._down(f"connection closed during {tool}", lost)
-                raise ChildDied(self.name, f"the server's connection closed during {tool}; restarting it") from None
+                raise await self._died(tool, lost, clues, stderr_before, "the server's connection closed") from None
             if exc.code == t.REQUEST_TIMEOUT:
                 self._ask_supervisor(probe=f"{tool} timed out")  # a stuck child is restarted, not waited on again
                 raise ChildTimeout(self.name, f"{tool} took longer than {timeout:g} s and was cancelled") from None
@@ -211,10 +213,25 @@ class ChildServer:
         except pydantic.ValidationError as exc:
             raise ChildProtocolError(self.name, f"{tool} returned a malformed result: {first_error(exc)}") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, httpx2.TransportError) as exc:
-            self._down(f"connection lost during {tool}: {describe_exception(exc)}", lost)
-            raise ChildDied(self.name, f"the connection was lost during {tool}; restarting it") from None
+            lost_how = f"the connection was lost ({describe_exception(exc)})"
+            raise await self._died(tool, lost, clues, stderr_before, lost_how) from None
         except Exception as exc:  # e.g. a result that breaks the tool's own outputSchema: the SDK raises RuntimeError
             raise ChildProtocolError(self.name, f"{tool} failed: {describe_exception(exc)}") from None
+
+    async def _died(self, tool: str, lost: anyio.Event, clues: Clues, stderr_before: int, how: str) -> ChildDied:
+        """The connection of `lost` ended during a call of `tool`: it is down from now on, and the call's error says
+        how; for a stdio child that exited, its exit status and the last line it wrote to stderr during the call
+        (`stderr_before`: its stderr lines before the call), as its status does once they are known."""
+        restarting = "; restarting it" if self.restart else ""
+        self._down(f"{how} during {tool}", lost)  # at once: later calls fail fast meanwhile
+        if self.entry.command is not None:  # a stdio child: its exit may say more
+            await clues.settled(CRASH_WAIT)
+        if not clues.exited.is_set():  # an HTTP child; or it did not exit (yet), or a signal of ours ended it
+            return ChildDied(self.name, f"{how} during {tool}{restarting}")
+        why = clues.explain_exit(f"the server exited during {tool}", stderr_before)
+        if lost is self._lost and self._state != "ready":  # the status says so too, until the child is back
+            self._error = why
+        return ChildDied(self.name, f"{why}{restarting}")
 
     @contextmanager
     def _in_flight(self) -> Iterator[None]:
@@ -250,10 +267,11 @@ class ChildServer:
             return
         while True:
             await self._connect_once()
-            if not self.restart:
+            if self._retry_at is None:  # no restarts (the one-shot commands), or a failure no retry can mend
+                if self.restart:
+                    log.warning("child_failed", server=self.name, error=self._error)
                 return
             log.warning("child_down", server=self.name, error=self._error, attempt=self._attempt)
-            assert self._retry_at is not None
             await anyio.sleep(max(0.0, self._retry_at - time.monotonic()))
             self._retry_at = None
             self._restarts += 1
@@ -270,7 +288,11 @@ class ChildServer:
         try:
             async with anyio.create_task_group() as tg:
                 timer = await tg.start(self._give_up_start, tg.cancel_scope)
-                async with connect(self.entry, self._hooks()) as client, self._listening(client):
+                relist = partial(self._ask_supervisor, relist=True)
+                async with (
+                    connect(self.entry, self._hooks()) as client,
+                    hearing_tool_changes(self.name, client, self._lost, relist),
+                ):
                     tools = await list_all_tools(client)
                     timer.cancel()
                     if self._lost.is_set():  # the deadline came as the answer did: the start was given up already
@@ -291,7 +313,9 @@ class ChildServer:
                     log.info("child_ready", server=self.name, tools=len(self._tools), seconds=self._start_seconds)
                     await self._serve(client)
         except Exception as exc:  # the SDK raises anything from OSError to ExceptionGroup; all end this connection
-            self._down(describe_failure(exc, self.entry, ready=self._connected_at is not None, clues=self._clues))
+            ready = self._connected_at is not None
+            why = describe_failure(exc, self.entry, ready=ready, clues=self._clues)
+            self._down(why, lasting=lasts(exc, self.entry, ready=ready))
         finally:
             self._client = None
             self._tools = ()
@@ -321,53 +345,14 @@ class ChildServer:
                 self._want_relist = False
                 await self._relist(client, lost)
 
-    @asynccontextmanager
-    async def _listening(self, client: Client) -> AsyncIterator[None]:
-        """While inside, a 2026-07-28 child's tool changes are heard: its listen stream is open (acknowledged) before
-        its tools are first listed, so no change can fall between the two."""
-        if not _hears_tool_changes(client):
-            yield
-            return
-        async with anyio.create_task_group() as tg:
-            await tg.start(self._listen, client, self._lost)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
-
-    async def _listen(
-        self, client: Client, lost: anyio.Event, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """The child's `subscriptions/listen` stream of tool changes, for as long as the connection lasts; started
-        once the first stream is acknowledged (or cannot be had). The stream has no replay: one that drops is opened
-        again, and the tools are listed again, as a change may have been missed meanwhile."""
-        started = False
-        while not lost.is_set():
-            try:
-                async with client.listen(tools_list_changed=True) as changes:
-                    if started:
-                        self._ask_supervisor(relist=True)
-                    else:
-                        task_status.started()
-                        started = True
-                    async for _ in changes:
-                        self._ask_supervisor(relist=True)
-                break  # the child ended the stream on purpose: it will send no more
-            except SubscriptionLost:
-                await anyio.sleep(RELISTEN_AFTER)
-            except (ListenNotSupportedError, MCPError, TimeoutError) as exc:
-                log.info("child_changes_unheard", server=self.name, error=describe_exception(exc))
-                break
-        if not started:
-            task_status.started()
-
     def _ask_supervisor(self, *, probe: str = "", relist: bool = False) -> None:
         self._want_probe = self._want_probe or probe
         self._want_relist = self._want_relist or relist
         self._wake.set()
 
-    def _down(self, reason: str, lost: anyio.Event | None = None) -> None:
-        """The connection is over or never came up: fail calls fast from now on and schedule the next attempt.
+    def _down(self, reason: str, lost: anyio.Event | None = None, *, lasting: bool = False) -> None:
+        """The connection is over or never came up: fail calls fast from now on and schedule the next attempt; none
+        for a `lasting` failure (no retry can mend it: the child is failed, until a reload of servers.json).
 
         `lost` is the event of the connection the failure was seen on; a failure of an older connection is ignored.
         """
@@ -381,9 +366,10 @@ class ChildServer:
         if self._connected_at is not None and time.monotonic() - self._connected_at >= STABLE_AFTER:
             self._attempt = 0
         self._attempt += 1
-        if self.restart:
+        retrying = self.restart and not lasting
+        if retrying:
             self._retry_at = time.monotonic() + min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (self._attempt - 1))
-        self._set_state("restarting" if self.restart else "failed")
+        self._set_state("restarting" if retrying else "failed")
         self.settled.set()
 
     def _hooks(self) -> Hooks:
@@ -441,10 +427,3 @@ class ChildServer:
         if status.state == "restarting":
             return f"the server is down (restart attempt {status.attempt}){detail}"
         return f"the server is {status.state}{detail}"
-
-
-def _hears_tool_changes(client: Client) -> bool:
-    """Whether the child speaks 2026-07-28 and says its tools can change: only then is there a stream to listen to
-    (a 2025-11-25 child's notifications come on the connection itself)."""
-    tools = client.server_capabilities.tools if client.server_capabilities else None
-    return bool(tools and tools.list_changed) and client.protocol_version in MODERN_PROTOCOL_VERSIONS

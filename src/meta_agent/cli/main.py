@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import anyio
 
 from meta_agent.cli.terminal import EXIT_FAILED, EXIT_SIGNALLED, EXIT_USAGE, fail, guard_standard_streams, note
-from meta_agent.config.servers import DEFAULT_START_TIMEOUT, SERVER_NAME, load_servers
+from meta_agent.config.servers import DEFAULT_START_TIMEOUT, SERVER_NAME, Servers, load_servers
 from meta_agent.config.settings import load_settings, unknown_settings
 from meta_agent.errors import ConfigError, ModelNotConfigured
 from meta_agent.records.logs import configure_logging
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in unknown_settings(os.environ):
             note(line)
         args.config = args.config or settings.config
-        servers = load_servers(args.config, os.environ)
+        servers, args.config_problem = _servers(args.config, serving=args.command == "serve")
         from meta_agent.internal import INTERNAL_TOOLS
 
         # an unknown name is bad input: say so before starting
@@ -296,6 +296,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # on Windows; elsewhere only a Ctrl-C before the signal receiver was in place
         note("stopped by SIGINT")
         return EXIT_SIGNALLED + signal.SIGINT
+
+
+def _servers(path: Path, *, serving: bool) -> tuple[Servers, str | None]:
+    """servers.json, and why it cannot be used where `serve` goes on without it: a host that starts us would see only
+    a bare disconnect, so `serve` serves with no child servers and says the one line to the host (in `initialize`'s
+    instructions, each run's answer, /health) until the file is fixed, which it follows.
+
+    Raises:
+        ConfigError: the file cannot be used, for any other command.
+    """
+    try:
+        return load_servers(path, os.environ), None
+    except ConfigError as exc:
+        if not serving:
+            raise
+        return Servers(), str(exc)
 
 
 def _check_model(model: str | None, *, serving: bool) -> None:

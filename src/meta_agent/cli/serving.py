@@ -45,7 +45,13 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
     # Where the event loop cannot poll pipes (Windows) the SDK's own transport serves, which cannot tell the answers.
     hold = sys.platform != "win32"
     server = build_server(
-        settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config, hold_children=hold
+        settings,
+        servers,
+        os.environ,
+        trust_file=args.trust_file,
+        config_file=args.config,
+        config_problem=args.config_problem,
+        hold_children=hold,
     )
     async with _reloading_on_hangup(server), _watched(server, settings):
         await serve_stdio(server)
@@ -61,7 +67,14 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
     from meta_agent.front.server import build_server
 
     try:
-        server = build_server(settings, servers, os.environ, trust_file=args.trust_file, config_file=args.config)
+        server = build_server(
+            settings,
+            servers,
+            os.environ,
+            trust_file=args.trust_file,
+            config_file=args.config,
+            config_problem=args.config_problem,
+        )
         app = http_app(
             server,
             host=args.host,

@@ -67,6 +67,7 @@ class Engine:
         trust_file: Path | None = None,
         provider: Provider | None = None,
         config_file: Path | None = None,
+        config_problem: str | None = None,
         redact: Redactor | None = None,
         serving: bool = False,
         hold_children: bool = False,
@@ -83,6 +84,8 @@ class Engine:
                 be read, recorded levels stop applying (`toolbox.trust_problem` says why; the toolbox shows it).
             provider: where given, the model of every run instead of the one the settings name.
             config_file: where given, the servers.json that `servers` came from, followed while the engine runs.
+            config_problem: why `config_file` could not be used (`servers` is then empty): said by the toolbox
+                (`toolbox.config_problem`) until the file, followed meanwhile, can be used.
             redact: hides secrets in traces (made from `environ`, `servers` and the HTTP token if not given); a
                 reload teaches it the secrets of the servers it adds.
             serving: the engine of a server, which may run many calls at once: its models send requests through
@@ -106,7 +109,14 @@ class Engine:
         redact = redact or Redactor.of(environ, servers, settings.http_token)
         learn_webhook_secrets(redact, servers)
         self.toolbox = LiveToolbox(
-            self.pool, internal, withheld, redact, environ, trust_file=trust_file, config_file=config_file
+            self.pool,
+            internal,
+            withheld,
+            redact,
+            environ,
+            trust_file=trust_file,
+            config_file=config_file,
+            config_problem=config_problem,
         )
         self.models = ModelChain(
             settings.model,

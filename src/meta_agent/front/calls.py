@@ -18,13 +18,14 @@ from meta_agent.core.provider import Provider
 from meta_agent.core.result import Mode, RunResult
 from meta_agent.core.tool_call import Approver
 from meta_agent.engine import Engine
-from meta_agent.errors import MetaAgentError, summary
+from meta_agent.errors import MetaAgentError, ModelNotConfigured, summary
 from meta_agent.front.approvals.asking import (
     ForwardedQuestions,
     LiveApprover,
     ParkedApprover,
     ParkedRuns,
     SessionAllowances,
+    Work,
     can_elicit,
     is_modern,
     over_http,
@@ -32,10 +33,10 @@ from meta_agent.front.approvals.asking import (
 from meta_agent.front.apps.listing import shows_apps
 from meta_agent.front.apps.views import AppViews, call_key
 from meta_agent.front.auth.subjects import subject_of
+from meta_agent.front.host_model import asked_model, declares_sampling, explained, lends_model, live_model
 from meta_agent.front.progress import Progress
-from meta_agent.front.tasks.board import CURRENT, TaskBoard
-from meta_agent.front.tool_results import RunAnswer, run_failed, run_result
-from meta_agent.providers.sampling import SamplingProvider
+from meta_agent.front.tasks.board import CURRENT, TaskBoard, TaskRun
+from meta_agent.front.tool_results import RunAnswer, run_failed, run_result, with_config_problem
 from meta_agent.shared.ids import random_ulid
 from meta_agent.store.database import LOCAL_OWNER
 
@@ -67,26 +68,22 @@ def front_of(ctx: Context) -> Front:
 
 async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> RunAnswer:
     """One run for a call of `ask`, `plan` or `agent`: parked between rounds for a 2026-07-28 caller that can be
-    asked (approvals, and the children's questions, come back as questions), else live, with progress and, where the
-    caller can elicit, approvals; a 2025-11-25 caller gets the children's questions live. A call made a task
-    (meta_agent.front.tasks.board) runs as that task's run: its questions wait, as a parked run's do, for the caller to
-    read them from the task. The run, its conversation and what is allowed in it are the caller's subject's."""
+    asked (approvals, the children's questions and the turns of its own model where it lends it come back as
+    questions), else live, with progress and, where the caller can elicit, approvals; a 2025-11-25 caller gets the
+    children's questions and its model's turns live. A call made a task (meta_agent.front.tasks.board) runs as that
+    task's run: its questions wait, as a parked run's do, for the caller to read them from the task. The run, its
+    conversation and what is allowed in it are the caller's subject's."""
     front = front_of(ctx)
     owner = subject_of(ctx.request_context.request, LOCAL_OWNER)  # of the run and its conversation, which outlive it
     connection = subject_of(ctx.request_context.request, front.owner)  # of its rounds and its session's grants
-    sampling = _sampling(ctx)
-    parked = can_elicit(ctx) and is_modern(ctx)
+    elicits = can_elicit(ctx)
+    parked = is_modern(ctx) and (elicits or declares_sampling(ctx))
     # "Allow for this session" of a parked run: over HTTP, where this era has no session, it holds for the
-    # conversation (kept under the id the run returns when it starts one); elsewhere for the lifespan, which is
-    # the connection's (the SDK makes a Connection per 2026-07-28 request, so that cannot be the key).
-    per_conversation = parked and over_http(ctx)
-    allowed: set[str] = set()  # nothing is allowed for longer where nobody can be asked
-    if per_conversation:
-        allowed = await front.engine.runs.allowed(arguments.get("conversation_id"), owner)
-    elif parked:
-        allowed = front.pipe_allowances
-    elif can_elicit(ctx):
-        allowed = front.allowances.of(ctx, connection)
+    # conversation (kept under the id the run returns when it starts one).
+    per_conversation = parked and elicits and over_http(ctx)
+    allowed = await _allowances(
+        ctx, arguments.get("conversation_id"), owner, parked=parked, per_conversation=per_conversation
+    )
 
     # The call's key, and the run's id made here: a host's app finds the run by the call, and its view asks by the id.
     arguments["call_key"] = call_key(connection, ctx.request_context.request_id)
@@ -94,56 +91,87 @@ async def start_run(ctx: Context, mode: Mode, task: str, **arguments: Any) -> Ru
     shown = shows_apps(ctx)
 
     async def work(
-        emit: Callable[[ev.Event], Awaitable[None]], approver: Approver | None, questions: Questions | None
+        emit: Callable[[ev.Event], Awaitable[None]],
+        approver: Approver | None,
+        questions: Questions | None,
+        sampling: Provider | None,
     ) -> t.CallToolResult:
-        failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
         if shown:  # its host shows the run view: the view asks too (the first answer wins), or alone
             approver = front.views.approver(approver, arguments["run_id"], owner)
-
-        async def watched(event: ev.Event) -> None:
-            if isinstance(event, ev.RunFailed) and event.result is not None:
-                failed.append(event.result)
-            await emit(event)
-
-        try:
-            result = await front.engine.run(
-                task,
-                mode=mode,
-                emit=watched,
-                approver=approver,
-                sampling=sampling,
-                questions=questions,
-                owner=owner,
-                **arguments,
-            )
-        except MetaAgentError as exc:
-            return run_failed(str(exc), failed)
-        except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
-            log.exception("run_crashed", mode=mode)
-            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
-        except BaseException as exc:  # a library's control error (DBOS's): it ends this call, never the server
-            if not _contained(exc):
-                raise
-            log.error("run_crashed", mode=mode, error=summary(exc))
-            return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
-        if per_conversation and result.conversation_id and allowed:
-            await front.engine.runs.allow(result.conversation_id, allowed, owner)
-        return run_result(result)
+        parts = {"approver": approver, "sampling": sampling, "questions": questions, "owner": owner}
+        result = await _ran(ctx, mode, task, emit, **parts, **arguments)
+        if not isinstance(result, t.CallToolResult):
+            if per_conversation and result.conversation_id and allowed:
+                await front.engine.runs.allow(result.conversation_id, allowed, owner)
+            result = run_result(result)
+        return with_config_problem(result, front.engine.toolbox.config_problem)  # each answer says it, while it lasts
 
     scope = "conversation" if per_conversation else "session"
     if (as_task := CURRENT.get()) is not None:
         arguments["run_id"] = as_task.id
-        if not can_elicit(ctx):  # nobody to ask: the loop refuses what needs approval, the children are declined
-            return await work(as_task.emit, None, None)
-        return await work(as_task.emit, ParkedApprover(as_task.run, allowed, scope), as_task.run)
+        return await _as_task(ctx, as_task, work, ParkedApprover(as_task.run, allowed, scope))
     if parked:
         return await front.parked.drive(ctx, work, allowed, scope, connection)
     progress = Progress(ctx)
     live = None if is_modern(ctx) else ForwardedQuestions(ctx)  # a 2026-07-28 caller here cannot be asked
     try:
-        return await work(progress, LiveApprover(ctx, allowed) if can_elicit(ctx) else None, live)
+        return await work(progress, LiveApprover(ctx, allowed) if elicits else None, live, _live_model(ctx))
     finally:
         progress.close()
+
+
+async def _ran(
+    ctx: Context, mode: Mode, task: str, emit: Callable[[ev.Event], Awaitable[None]], **arguments: Any
+) -> RunResult | t.CallToolResult:
+    """The run of the call, and its result; or, where it failed, the one-line error the caller gets."""
+    front = front_of(ctx)
+    failed: list[RunResult] = []  # a run that failed says so in its last event, with its result
+
+    async def watched(event: ev.Event) -> None:
+        if isinstance(event, ev.RunFailed) and event.result is not None:
+            failed.append(event.result)
+        await emit(event)
+
+    try:
+        return await front.engine.run(task, mode=mode, emit=watched, **arguments)
+    except ModelNotConfigured as exc:  # where the host could have lent its model, what it lacks to
+        return run_failed(explained(str(exc), ctx, front.engine.models), failed)
+    except MetaAgentError as exc:
+        return run_failed(str(exc), failed)
+    except Exception as exc:  # a bug of ours: one line for the caller, the traceback for the log
+        log.exception("run_crashed", mode=mode)
+        return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
+    except BaseException as exc:  # a library's control error (DBOS's): it ends this call, never the server
+        if not _contained(exc):
+            raise
+        log.error("run_crashed", mode=mode, error=summary(exc))
+        return run_failed(f"meta-agent failed: {summary(exc)} (the server log has details)", failed)
+
+
+async def _as_task(ctx: Context, task: TaskRun, work: Work, approver: ParkedApprover) -> t.CallToolResult:
+    """The call's run as the run of its `task`: its approvals (`approver`) and its children's questions wait for the
+    caller to read them from the task, where the caller can elicit; a 2026-07-28 task's model turns are its questions
+    too, a 2025-11-25 one's go on the session."""
+    model = asked_model(task.run.ask) if is_modern(ctx) and lends_model(ctx) else _live_model(ctx)
+    if not can_elicit(ctx):  # nobody to ask: the loop refuses what needs approval, the children are declined
+        return await work(task.emit, None, None, model)
+    return await work(task.emit, approver, task.run, model)
+
+
+async def _allowances(
+    ctx: Context, conversation_id: str | None, owner: str, *, parked: bool, per_conversation: bool
+) -> set[str]:
+    """The tools the user allowed "for this session", which the run's approvals add to: the conversation's
+    (`per_conversation`); else a parked run's for the lifespan, which is the connection's (the SDK makes a Connection
+    per 2026-07-28 request, so that cannot be the key); else the 2025-11-25 session's. None where nobody is asked."""
+    front = front_of(ctx)
+    if not can_elicit(ctx):
+        return set()
+    if per_conversation:
+        return await front.engine.runs.allowed(conversation_id, owner)
+    if parked:
+        return front.pipe_allowances
+    return front.allowances.of(ctx, subject_of(ctx.request_context.request, front.owner))
 
 
 def _contained(exc: BaseException) -> bool:
@@ -154,11 +182,6 @@ def _contained(exc: BaseException) -> bool:
     return not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, anyio.get_cancelled_exc_class()))
 
 
-def _sampling(ctx: Context) -> Provider | None:
-    """The host's own model, where this caller can sample with tools (2025-11-25 sessions only)."""
-    caps = ctx.client_capabilities
-    if caps is None or caps.sampling is None or caps.sampling.tools is None:
-        return None
-    if not getattr(ctx.session, "can_send_request", False):
-        return None
-    return SamplingProvider(ctx.session, related_request_id=ctx.request_context.request_id)
+def _live_model(ctx: Context) -> Provider | None:
+    """The host's own model on the session's back-channel, where this caller lends it and has one (2025-11-25)."""
+    return live_model(ctx) if lends_model(ctx) and not is_modern(ctx) else None

@@ -27,7 +27,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from pydantic import AfterValidator, AnyUrl, Field, ValidationError, WithJsonSchema
+from pydantic import AnyUrl, Field, ValidationError
 
 from meta_agent.config.servers import DEFAULT_START_TIMEOUT, ServerEntry
 from meta_agent.config.settings import Settings
@@ -37,20 +37,22 @@ from meta_agent.errors import MetaAgentError
 from meta_agent.front import run_resource, trace_context
 from meta_agent.front.approvals.asking import ParkedRuns, SessionAllowances, is_modern
 from meta_agent.front.approvals.parked import SharedKey
-from meta_agent.front.apps.listing import RUN_VIEW, UI_TOOLS, apps_for_ui_hosts, shows_apps
+from meta_agent.front.apps.listing import UI_TOOLS, apps_for_ui_hosts, shows_apps
 from meta_agent.front.apps.tools import apps_extension
 from meta_agent.front.apps.views import AppViews
 from meta_agent.front.auth.subjects import request_principal, subject_of
 from meta_agent.front.call_guard import argument_error, unknown, unknown_argument, unless_caller_leaves
-from meta_agent.front.calls import Front, front_of, start_run
+from meta_agent.front.calls import Front, front_of
 from meta_agent.front.host_logs import HostLogs
+from meta_agent.front.instructions import instructions
+from meta_agent.front.run_tools import add_run_tools
 from meta_agent.front.server_metrics import time_each_request
 from meta_agent.front.subscriptions import ToolboxSubscribers, names_resource
 from meta_agent.front.tasks import protocol as task_protocol
 from meta_agent.front.tasks.board import TaskBoard, TaskRefused, TaskView
 from meta_agent.front.tasks.protocol import PENDING, TasksExtension, relay_progress
 from meta_agent.front.tasks.resumed import ResumedTasks
-from meta_agent.front.tool_results import RunAnswer, content_block, tool_error
+from meta_agent.front.tool_results import content_block, tool_error
 from meta_agent.internal import internal_tools
 from meta_agent.records.traces import Redactor
 from meta_agent.shared.ids import random_ulid
@@ -59,21 +61,10 @@ from meta_agent.store.database import LOCAL_OWNER
 from meta_agent.store.parking import SharedRounds
 from meta_agent.store.tasks import TaskRows
 from meta_agent.toolbox import TOOLBOX_URI
+from meta_agent.toolbox.live import config_unusable
 from meta_agent.version import __version__
 
 log = structlog.get_logger(__name__)
-INSTRUCTIONS = (
-    "meta-agent is an agent. `agent` carries out a task with the tools of its child MCP servers; `plan` returns a "
-    "numbered plan using read-only tools only; `ask` is one model turn; `image_gen`, where listed, makes images. Long"
-    " calls report progress. The resource meta-agent://toolbox lists every tool it can use;"
-    " meta-agent://runs/{run_id} tells how a run is, and its result when done."
-)
-
-RUN_VIEW_META = {"ui": {"resourceUri": RUN_VIEW}}  # hosts that show MCP Apps show the run in the run view
-ToolPatterns = Annotated[
-    list[str] | None,
-    Field(description='Glob patterns over tool names ("time.*", "image_gen"); absent: every tool of the mode.'),
-]
 
 
 class MetaAgentServer(MCPServer[Front]):
@@ -85,9 +76,15 @@ class MetaAgentServer(MCPServer[Front]):
     """
 
     def __init__(
-        self, open_engine: Callable[[], Engine], *, hold_children: bool = False, shared_state: bool = False
+        self,
+        open_engine: Callable[[], Engine],
+        *,
+        hold_children: bool = False,
+        shared_state: bool = False,
+        config_problem: str | None = None,
     ) -> None:
-        """`shared_state`: replicas share a PostgreSQL database, and with it the key that seals request states."""
+        """`shared_state`: replicas share a PostgreSQL database, and with it the key that seals request states.
+        `config_problem`: why servers.json could not be used, said in the instructions until the file is fixed."""
         self.engine: Engine | None = None
         self.front: Front | None = None  # what the lifespan holds, while it runs (the web console's views use it)
         self.hold_children = hold_children
@@ -101,7 +98,7 @@ class MetaAgentServer(MCPServer[Front]):
             super().__init__(
                 "meta-agent",  # also the audience of sealed request states, the same on every replica
                 version=__version__,
-                instructions=INSTRUCTIONS,
+                instructions=instructions(config_unusable(config_problem, loaded=False) if config_problem else None),
                 lifespan=self._lifespan,
                 subscriptions=self.subscribers.bus,
                 # a round's request state is its subject's: another subject retrying it is refused as if forged
@@ -131,6 +128,7 @@ class MetaAgentServer(MCPServer[Front]):
     async def _lifespan(self, _server: MCPServer[Front]) -> AsyncIterator[Front]:
         engine = self._open_engine()
         engine.toolbox.on_change(self.subscribers.changed)
+        engine.toolbox.on_change(partial(self._say_config_problem, engine))
         resumed = engine.runs.resumed = ResumedTasks()  # before the engine starts, which may resume runs at once
         async with engine, self._shared_rounds(engine) as shared, anyio.create_task_group() as background:
             self.engine = engine
@@ -162,6 +160,11 @@ class MetaAgentServer(MCPServer[Front]):
                 self.engine = None
                 self.front = None
                 background.cancel_scope.cancel()
+
+    def _say_config_problem(self, engine: Engine) -> None:
+        """The instructions the next `initialize` (or `server/discover`) reads: with servers.json's problem while it
+        lasts. (MCPServer offers no public way to change them; its own handlers read this attribute.)"""
+        self._lowlevel_server.instructions = instructions(engine.toolbox.config_problem)
 
     @asynccontextmanager
     async def _shared_rounds(self, engine: Engine) -> AsyncIterator[SharedRounds | None]:
@@ -284,6 +287,7 @@ def build_server(
     provider: Provider | None = None,
     start_timeout: float = DEFAULT_START_TIMEOUT,
     config_file: Path | None = None,
+    config_problem: str | None = None,
     hold_children: bool = False,
 ) -> MetaAgentServer:
     """The MCP server: the tools `ask`, `plan`, `agent` (and `image_gen` where its backend is configured), the toolbox
@@ -301,6 +305,9 @@ def build_server(
         config_file: where given, the servers.json `servers` came from: it is followed, and reloaded when it changes
             or `server.engine.toolbox.request_reload()` is called (SIGHUP); hosts subscribed to the toolbox resource
             hear of every change.
+        config_problem: why `config_file` could not be used (`servers` is then empty): the server runs with no
+            children and says it in its instructions, in each run's answer and in the toolbox resource, until the
+            file, followed meanwhile, can be used.
         hold_children: the children start once `server.release_children()` is called (or a run needs them, or after
             a second; children/pool.py).
 
@@ -320,12 +327,18 @@ def build_server(
         provider=provider,
         start_timeout=start_timeout,
         config_file=config_file,
+        config_problem=config_problem,
         redact=redact,
         serving=True,
         hold_children=hold_children,
     )
-    server = MetaAgentServer(open_engine, hold_children=hold_children, shared_state=settings.database_url is not None)
-    _add_run_tools(server)
+    server = MetaAgentServer(
+        open_engine,
+        hold_children=hold_children,
+        shared_state=settings.database_url is not None,
+        config_problem=config_problem,
+    )
+    add_run_tools(server)
     # Listed where the model would see it, no further: a tool that can only fail is not offered (the toolbox
     # resource says why it is withheld).
     if any(tool.name == "image_gen" for tool in internal_tools(settings, environ)[0]):
@@ -334,77 +347,6 @@ def build_server(
     # Our log lines to the hosts that ask (`logging`), redacted as the engine's traces are.
     HostLogs(redact).install(server)
     return server
-
-
-def _says_something(text: str) -> str:
-    """A task or prompt with no word in it (empty, or only white space) is refused before a model turn is spent."""
-    if not text.strip():
-        raise ValueError("empty: say what to do")
-    return text
-
-
-# The refusal above, as the input schema tells hosts: at least one character that is not white space.
-Said = Annotated[str, AfterValidator(_says_something), WithJsonSchema({"type": "string", "pattern": r"\S"})]
-
-
-def _add_run_tools(server: MetaAgentServer) -> None:
-    """`ask`, `plan` and `agent`: each a run of the one loop (README, MCP tools)."""
-
-    @server.tool(
-        title="Ask the model",
-        meta=RUN_VIEW_META,
-        annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
-    )
-    async def ask(
-        prompt: Annotated[Said, Field(description="What to ask.")],
-        ctx: Context,
-        tools: ToolPatterns = None,
-    ) -> RunAnswer:
-        """One model turn. The model may call one of meta-agent's internal tools once (those the toolbox lists:
-        describe_image, and image_gen where an image backend is configured); never child tools."""
-        return await start_run(ctx, "ask", prompt, patterns=tools)
-
-    @server.tool(
-        title="Plan a task",
-        meta=RUN_VIEW_META,
-        annotations=t.ToolAnnotations(read_only_hint=True, open_world_hint=True),
-    )
-    async def plan(
-        task: Annotated[Said, Field(description="The task to plan.")],
-        ctx: Context,
-        tools: ToolPatterns = None,
-        max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).", strict=True)] = None,
-    ) -> RunAnswer:
-        """Look around with read-only tools only and return a numbered plan. Changes nothing."""
-        return await start_run(ctx, "plan", task, patterns=tools, max_steps=max_steps)
-
-    @server.tool(
-        title="Run an agent",
-        meta=RUN_VIEW_META,
-        annotations=t.ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True),
-    )
-    async def agent(
-        task: Annotated[Said, Field(description="The task to carry out.")],
-        ctx: Context,
-        tools: ToolPatterns = None,
-        max_steps: Annotated[int | None, Field(description="Model turns at most.", strict=True)] = None,
-        token_budget: Annotated[int | None, Field(description="Input+output tokens at most.", strict=True)] = None,
-        plan: Annotated[bool, Field(description="Write a numbered plan first, then carry it out.")] = False,
-        conversation_id: Annotated[str | None, Field(description="Continue an earlier conversation.")] = None,
-    ) -> RunAnswer:
-        """Carry out a task with every enabled tool (internal and child), within step, token and time limits.
-        Tools that change things run only with the user's approval (trust levels)."""
-        if plan:
-            task = f"{task}\n\nFirst write a short numbered plan, then carry it out step by step."
-        return await start_run(
-            ctx,
-            "agent",
-            task,
-            patterns=tools,
-            max_steps=max_steps,
-            token_budget=token_budget,
-            conversation_id=conversation_id,
-        )
 
 
 def _add_image_gen(server: MetaAgentServer) -> None:

@@ -16,6 +16,7 @@ from pydantic_core import CoreSchema
 from meta_agent.core.messages import ImagePart, Part
 from meta_agent.core.result import RunResult, run_result_of, unavailable_line
 from meta_agent.core.result_images import MAX_RESULT_IMAGE_CHARS, MAX_RESULT_IMAGES
+from meta_agent.front.instructions import CONFIG_UNUSABLE
 from meta_agent.store.run_index import RunState
 
 NOT_REMEMBERED = "Not saved in a conversation (conversation_id is null): "  # leads conversation_error in the text
@@ -85,6 +86,15 @@ def run_failed(message: str, failed: list[RunResult]) -> t.CallToolResult:
         structured_content=result.to_json(),
         is_error=True,
     )
+
+
+def with_config_problem(result: t.CallToolResult, problem: str | None) -> t.CallToolResult:
+    """`result`, with a last line saying why servers.json cannot be used while it cannot (`problem`): the person reads
+    it in the host, whose run had fewer servers than the file names."""
+    if problem is None:
+        return result
+    line = t.TextContent(type="text", text=f"{CONFIG_UNUSABLE}{problem}")
+    return result.model_copy(update={"content": [*result.content, line]})
 
 
 def tool_error(message: str) -> t.CallToolResult:

@@ -39,6 +39,14 @@ class ModelChain:
         self._providers: dict[str, Provider] = {}  # the models made, by their spec ("": the one found by looking)
         self._lock = anyio.Lock()
 
+    @property
+    def uses_hosts_model(self) -> bool:
+        """Whether a run uses the caller's own model where the caller lends one: no model is set (nor given), or
+        `sampling` is one of the chain's."""
+        if self._given is not None:
+            return False
+        return not self.spec or "sampling" in (member.strip() for member in self.spec.split(","))
+
     async def models(self, sampling: Provider | None) -> tuple[Provider, ...]:
         """The run's model, then the rest of its fallback chain. The host's model where it is asked for (`sampling`
         in META_AGENT_MODEL) or nothing else is set; the others made once and kept (a sampling provider belongs to

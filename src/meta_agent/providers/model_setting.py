@@ -28,7 +28,8 @@ DEFAULT_MODELS = {"openai": "gpt-5.5", "anthropic": "claude-sonnet-5-5", "gemini
 # An Ollama that does not answer this fast is not running.
 OLLAMA_PROBE_TIMEOUT = 0.5
 
-CANNOT_SAMPLE = "this caller cannot sample (it needs MCP sampling with tools over a 2025-11-25 session)"
+# `sampling` where no host lends its model (`meta-agent run`; a caller without sampling.tools, which the front says).
+CANNOT_SAMPLE = "only a host can lend its model (through MCP sampling with tools)"
 WHAT_TO_SET = (
     "set META_AGENT_MODEL (e.g. openai:gpt-5.5, anthropic:claude-sonnet-5-5, ollama:qwen3, gemini:gemini-2.5-flash)"
     " with its API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY); without a key, a model server on this"

@@ -1,16 +1,17 @@
-"""The host's own model through MCP sampling with tools (SEP-1577); 2025-11-25 sessions only.
+"""The host's own model through MCP sampling with tools (SEP-1577), in either protocol era.
 
-Sampling is deprecated in the 2026-07-28 protocol (SEP-2577) and the SDK warns on every call; we use it on
-purpose, for hosts that offer it, and silence that one warning.
+Each model turn is one `sampling/createMessage` request with the run's tools; how it reaches the host is the caller's
+(`Send`, from the MCP front): on a 2025-11-25 session a request of its own on the session's back-channel, on
+2026-07-28, which has none, one more round of the call (an input request the host answers by calling again).
 """
 
 from __future__ import annotations
 
-import warnings
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp.types as t
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from meta_agent.core.limits import DEFAULT_MAX_OUTPUT_TOKENS
@@ -29,13 +30,16 @@ from meta_agent.core.messages import (
 from meta_agent.errors import ProviderError
 from meta_agent.shared.validation import refusal
 
+# Sends one sampling request to the host and returns its answer: None where none came (a round nobody answered, or
+# answered under another key); a 2026-07-28 answer may be any input response, which `complete` checks.
+Send = Callable[[t.CreateMessageRequestParams], Awaitable[t.InputResponse | None]]
+
 
 class SamplingProvider:
-    """Asks the caller's host to run the model (`sampling/createMessage`) within the caller's request."""
+    """Asks the caller's host to run the model (`sampling/createMessage` with tools) within the caller's call."""
 
-    def __init__(self, session: Any, *, related_request_id: Any) -> None:
-        self._session = session
-        self._related = related_request_id
+    def __init__(self, send: Send) -> None:
+        self._send = send
 
     @property
     def name(self) -> str:
@@ -50,21 +54,21 @@ class SamplingProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         tools = [t.Tool(name=s.name, description=s.description, input_schema=dict(s.parameters)) for s in request.tools]
+        params = t.CreateMessageRequestParams(
+            messages=_messages(request.messages),
+            max_tokens=request.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,  # sampling has no default
+            system_prompt=request.system,
+            tools=tools,
+            tool_choice=t.ToolChoice(mode=request.tool_choice),
+        )
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MCPDeprecationWarning)
-                result = await self._session.create_message(
-                    _messages(request.messages),
-                    max_tokens=request.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,  # sampling has no default
-                    system_prompt=request.system,
-                    tools=tools,
-                    tool_choice=t.ToolChoice(mode=request.tool_choice),
-                    related_request_id=self._related,
-                )
+            result = await self._send(params)
         except MCPError as exc:
             raise ProviderError(f"sampling: the host did not answer the model request: {exc.message}") from None
         except ValidationError as exc:  # the SDK checks the host's answer against the protocol's result type
             raise ProviderError(f"sampling: the host's answer was malformed: {refusal(exc)}") from None
+        if not isinstance(result, t.CreateMessageResult | t.CreateMessageResultWithTools):
+            raise ProviderError("sampling: the host gave no completion for the model request")
         blocks = result.content if isinstance(result.content, list) else [result.content]
         text = "\n".join(b.text for b in blocks if isinstance(b, t.TextContent))
         calls = tuple(

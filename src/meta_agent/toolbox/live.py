@@ -3,7 +3,8 @@ describes itself (the resource meta-agent://toolbox, `meta-agent tools`) and sel
 
 A toolbox given its `config_file` follows it (`meta-agent serve`): a change to the file, or `request_reload()`
 (SIGHUP), reloads it; a valid edit starts, stops and restarts children (`ChildPool.reconcile`), an invalid one changes
-nothing and is told (`config_problem`, the toolbox). Whoever shows the toolbox hears when it changes (`on_change`).
+nothing and is told (`config_problem`, the toolbox). A server that started on a file it could not use has no children
+until the file is fixed, and says so the same way. Whoever shows the toolbox hears when it changes (`on_change`).
 """
 
 from __future__ import annotations
@@ -62,11 +63,13 @@ class LiveToolbox:
         *,
         trust_file: Path | None = None,
         config_file: Path | None = None,
+        config_problem: str | None = None,
     ) -> None:
         """`internal`: the internal tools offered, `withheld` those not, with why. `redact` learns the secrets of the
         servers a reload adds. `trust_file` holds levels recorded with `meta-agent trust`; it is read again when it
         changes, and while it cannot be read, recorded levels stop applying (`trust_problem` says why; the toolbox
-        shows it). `config_file` is the servers.json the pool's servers came from, followed from `follow()`."""
+        shows it). `config_file` is the servers.json the pool's servers came from, followed from `follow()`; or, with
+        `config_problem` (why it could not be used), the file to follow until it can be, the pool empty meanwhile."""
         self.pool = pool
         self.internal = internal
         self.withheld = withheld
@@ -83,6 +86,9 @@ class LiveToolbox:
         self.config_file = config_file
         self._config_stamp = None if config_file is None else _stamp(config_file)
         self.config_problem: str | None = None  # why the followed config file cannot be used, while it cannot
+        self._loaded = config_problem is None  # whether children ever came from the file
+        if config_problem is not None:
+            self._unusable(config_problem)
         self._reload_now = anyio.Event()
 
     def __call__(self) -> Toolbox:
@@ -116,11 +122,11 @@ class LiveToolbox:
         try:
             servers = load_servers(self.config_file, self.environ)
         except ConfigError as exc:
-            self.config_problem = f"{exc}; the servers configured before go on unchanged until it is fixed"
-            log.warning("config_invalid", path=str(self.config_file), error=str(exc))
+            self._unusable(str(exc))
             self.changed()
             return
         self.config_problem = None
+        self._loaded = True
         self._redact.learn(servers)
         learn_webhook_secrets(self._redact, servers)
         changes = self.pool.reconcile(servers)
@@ -133,6 +139,16 @@ class LiveToolbox:
             webhooks_changed=list(changes.webhooks),
         )
         self.changed()
+
+    def _unusable(self, problem: str) -> None:
+        """The followed config file cannot be used, for `problem` (one line naming it): said in `config_problem`
+        with what that means for the children, and logged."""
+        self.config_problem = config_unusable(problem, loaded=self._loaded)
+        log.warning("config_invalid", path=str(self.config_file), error=problem)
+
+    def problems(self) -> list[str]:
+        """What keeps the toolbox from being what its files say, one line each: the trust file, servers.json."""
+        return list(self().problems) + ([self.config_problem] if self.config_problem else [])
 
     async def follow(self) -> None:
         """Reload the config file when it changes or a reload is asked for; look at the trust file as often, so
@@ -175,7 +191,7 @@ class LiveToolbox:
             "webhooks": _webhooks_json(self.pool.webhooks),
             "tools": [_tool_json(spec) for spec in toolbox.tools]
             + [_tool_json(spec, why) for spec, why in self.withheld_specs()],
-            "problems": list(toolbox.problems) + ([self.config_problem] if self.config_problem else []),
+            "problems": self.problems(),
             "trust_file": None
             if self._trust_file is None
             else {"path": str(self._trust_file), "problem": self.trust_problem},
@@ -291,6 +307,14 @@ class LiveToolbox:
         toolbox = self()
         children = [child.status for child in self.pool]
         return why_missing(pattern, mode, toolbox.tools, toolbox.select(None, mode="ask"), children)
+
+
+def config_unusable(problem: str, *, loaded: bool) -> str:
+    """A servers.json that cannot be used for `problem` (one line naming it), with what that means for the children:
+    those of its last good state go on (`loaded`), else there are none."""
+    if loaded:
+        return f"{problem}; the servers configured before go on unchanged until it is fixed"
+    return f"{problem}; meta-agent runs with no child servers until it is fixed"
 
 
 def as_chosen(tools: Sequence[ToolSpec], patterns: list[str] | None, chosen: Preferences) -> list[ToolSpec]:

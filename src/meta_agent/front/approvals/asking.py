@@ -4,10 +4,12 @@ child's own questions during a call on to that user.
 - 2025-11-25 sessions with elicitation: a live `elicitation/create` in the middle of the run (`LiveApprover`).
   "Allow for this session" lasts as long as the MCP session. A child's questions go to the caller live too
   (`ForwardedQuestions`).
-- 2026-07-28 callers with elicitation: there is no back-channel, so the run is parked between the rounds of its call
-  (`ParkedRuns`; the rounds themselves are meta_agent.front.approvals.parked): an approval is a round whose input
-  request is the question (key "approval"), and so is a child's elicitation, or its sampling where the caller
-  declared sampling (key "question", the child's request as it came), one question at a time. "Allow for this session"
+- 2026-07-28 callers with elicitation or sampling: there is no back-channel, so the run is parked between the rounds
+  of its call (`ParkedRuns`; the rounds themselves are meta_agent.front.approvals.parked): an approval is a round whose
+  input request is the question (key "approval"), where the caller declared elicitation; and so is a child's
+  elicitation, or its sampling where the caller declared sampling (key "question", the child's request as it came),
+  and each turn of the host's own model where it lends it (key "sampling", meta_agent.front.host_model), one question
+  at a time. "Allow for this session"
   lasts, off HTTP, for the server's lifespan, which there serves one connection (stdio: the process, one user's
   session; in memory: the client), and over HTTP, which has no session in this era, for the conversation
   (kept in the database with the conversations, so every replica sharing it knows); the question then says "this
@@ -16,8 +18,8 @@ child's own questions during a call on to that user.
 - Every grant is its subject's (meta_agent.front.auth.subjects): a session's per subject, a conversation's with the
   conversation, which is one subject's; a parked run takes answers from its own subject only.
 - Callers that declare no elicitation get no approver at all: the loop refuses `ask` tools, naming the setting. A
-  2026-07-28 caller among them has no parked run either, so its children's questions are declined (elicitation)
-  or refused (sampling).
+  2026-07-28 caller among them that declares no sampling either has no parked run, so its children's questions are
+  declined (elicitation) or refused (sampling).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from starlette.requests import Request
 
 from meta_agent.children.questions import Questions
 from meta_agent.core.event_lines import arguments_line
+from meta_agent.core.provider import Provider
 from meta_agent.core.tool_call import Approver, Verdict
 from meta_agent.core.tools import ToolSpec
 from meta_agent.front.approvals.parked import (
@@ -49,6 +52,7 @@ from meta_agent.front.approvals.parked import (
     ParkingSpaces,
     Sink,
 )
+from meta_agent.front.host_model import asked_model, declares_sampling, lends_model
 from meta_agent.front.progress import Progress
 from meta_agent.front.tool_results import tool_error
 from meta_agent.records.run_feed import safe
@@ -220,9 +224,9 @@ class ForwardedQuestions:
         return sampled
 
 
-# One call's run: its progress sink, the approver of the loop (None: nobody to ask) and whoever answers its
-# children's questions (None: they are declined).
-Work = Callable[[Sink, Approver | None, Questions | None], Awaitable[t.CallToolResult]]
+# One call's run: its progress sink, the approver of the loop (None: nobody to ask), whoever answers its children's
+# questions (None: they are declined) and the host's own model (None: the caller lends none).
+Work = Callable[[Sink, Approver | None, Questions | None, Provider | None], Awaitable[t.CallToolResult]]
 
 
 class ParkedApprover:
@@ -301,13 +305,16 @@ class ParkedRuns:
         return outcome if isinstance(outcome, t.CallToolResult) else outcome.round(run.id)
 
     def _start(self, ctx: Context, work: Work, allowed: set[str], scope: str, owner: str) -> ParkedRun:
-        """A new run, its approvals asked in rounds, and its children's questions too (`ParkedRun` answers them)."""
-        caps = ctx.client_capabilities
-        sampling = caps is not None and caps.sampling is not None
-        run = ParkedRun(self.spaces, sampling=sampling, shared=self._shared, owner=owner)
+        """A new run, its approvals asked in rounds where the caller can elicit, its children's questions too
+        (`ParkedRun` answers them), and its model's turns where the caller lends its model."""
+        elicits = can_elicit(ctx)
+        run = ParkedRun(
+            self.spaces, sampling=declares_sampling(ctx), elicitation=elicits, shared=self._shared, owner=owner
+        )
         self._runs[run.id] = run
-        approver = ParkedApprover(run, allowed, scope)
-        self._tg.start_soon(run.execute, partial(work, run.emit, approver, run), partial(self._ended, run))
+        approver = ParkedApprover(run, allowed, scope) if elicits else None
+        model = asked_model(run.ask) if lends_model(ctx) else None
+        self._tg.start_soon(run.execute, partial(work, run.emit, approver, run, model), partial(self._ended, run))
         return run
 
     def _ended(self, run: ParkedRun) -> None:

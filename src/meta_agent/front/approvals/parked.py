@@ -2,10 +2,11 @@
 
 This era has no back-channel: to ask the caller anything, the tool call *returns* an input-required result carrying
 the question and a sealed request state, and the run waits, parked, until the caller retries with the answer, then
-goes on from where it stopped. Two kinds of question take that road, one at a time and numbered alike: the loop's
-approvals (meta_agent.front.approvals.asking) and a child's own questions during a call (elicitation; sampling where the
+goes on from where it stopped. Three kinds of question take that road, one at a time and numbered alike: the loop's
+approvals (meta_agent.front.approvals.asking), a child's own questions during a call (elicitation; sampling where the
 caller declared it), which reach the caller as the child asked them and whose answers reach the child as the caller
-gave them. A parked run nobody resumes is cancelled after `PARK_TIMEOUT`, and its children's calls with it. At
+gave them, and each turn of the host's own model where the caller lends it (meta_agent.front.host_model). A
+parked run nobody resumes is cancelled after `PARK_TIMEOUT`, and its children's calls with it. At
 most META_AGENT_MAX_PARKED runs wait at once (`ParkingSpaces`); a run that would wait past that ends at once, its
 call answered with a one-line error saying so. A waiting run holds no file descriptor (its trace is not kept open).
 A parked run is its caller's (`owner`, the subject of meta_agent.front.auth.subjects): a retry from anyone else, even
@@ -102,7 +103,8 @@ class ParkedRun:
 
     Questions go out one at a time, each with its own number; a retry answers the question whose number it carries,
     once, and only while that question is pending. One round of the call is live at a time. `sampling` says whether
-    the caller declared the sampling capability (without it, a child's sampling request is refused, unasked).
+    the caller declared the sampling capability (without it, a child's sampling request is refused, unasked), and
+    `elicitation` whether it declared elicitation (without it, a child's elicitation is declined, unasked).
 
     The run's outcomes are numbered like its questions: question n is outcome n, and the call's result follows the
     last question. A round that answered question n waits for the first outcome after n. With `shared` (replicas on
@@ -115,6 +117,7 @@ class ParkedRun:
         spaces: ParkingSpaces,
         *,
         sampling: bool = False,
+        elicitation: bool = True,
         shared: SharedRounds | None = None,
         parked_id: str | None = None,
         detached: bool = False,
@@ -132,6 +135,7 @@ class ParkedRun:
         self._refused: t.CallToolResult | None = None  # the call's answer when the run could not wait
         self._shared = shared
         self._sampling = sampling
+        self._elicitation = elicitation
         self._asking = anyio.Lock()
         self._seq = 0
         self._pending: _Pending | None = None
@@ -186,7 +190,10 @@ class ParkedRun:
         await anyio.lowlevel.checkpoint()
 
     async def elicit(self, params: t.ElicitRequestFormParams) -> t.ElicitResult:
-        """A child's question, asked of the caller as the child put it; anything but an ElicitResult is a decline."""
+        """A child's question, asked of the caller as the child put it; anything but an ElicitResult is a decline, and
+        so is every question where the caller declared no elicitation (it is not asked)."""
+        if not self._elicitation:
+            return t.ElicitResult(action="decline")
         answer = await self.ask(QUESTION_KEY, t.ElicitRequest(params=params))
         return answer if isinstance(answer, t.ElicitResult) else t.ElicitResult(action="decline")
 

@@ -104,8 +104,13 @@ def http_app(
             return JSONResponse({"status": "database unreachable"}, status_code=503)
         if not await shows_details(request):
             return JSONResponse({"status": "ok"})  # up or not is all a load balancer needs; the rest is for callers
-        children = {child.name: child.status.state for child in engine.pool}
-        return JSONResponse({"status": "ok", "version": __version__, "children": children})
+        statuses = [child.status for child in engine.pool]
+        children = {status.name: status.state for status in statuses}
+        # why each child that is not ready is not, as `meta-agent check` says it
+        errors = {status.name: status.error for status in statuses if status.error and status.state != "ready"}
+        problems = engine.toolbox.problems()  # servers.json or the trust file cannot be used
+        body = {"status": "ok", "version": __version__, "children": children, "errors": errors, "problems": problems}
+        return JSONResponse(body)
 
     metadata = metadata_routes(auth) if auth else []
     ui = [Route("/ui", console), Route("/ui/{rest:path}", console)]
