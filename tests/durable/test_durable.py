@@ -127,14 +127,16 @@ async def test_a_run_whose_replica_is_stopped_by_a_deploy_is_finished_by_the_oth
     database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
 ) -> None:
     """SIGTERM (a deploy) leaves the replica's runs interrupted, their marks dropped: another replica takes them at
-    its next look (a third of META_AGENT_LEASE_SECONDS, 30 here), not once a mark of 30 s has lapsed."""
+    its next look (a third of its META_AGENT_LEASE_SECONDS: 3 s here, a look a second), not once the stopped
+    replica's mark (30 s, the default) has lapsed."""
     changes, there = tmp_path / "changes.txt", tmp_path / "there"
     config = servers_json(tmp_path)
     environ = replica_environ(llm, database_url, tmp_path)
+    looking = {**environ, "META_AGENT_LEASE_SECONDS": "3"}
     llm.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
     llm.reply(openai_reply(None, ("c2", "f__wait_for_file", {"path": str(there)})))
     llm.reply(openai_reply("All done."))
-    with replica(config, environ) as (stopped, stopped_url, _), http_serving(config, environ) as (other, log):
+    with replica(config, environ) as (stopped, stopped_url, _), http_serving(config, looking) as (other, log):
         task, waiting = "Change it, then wait.", f"waiting for {there}"
         assert await run_until_killed(stopped_url, task, waiting, stopped, signal=15) == 143
         there.touch()
