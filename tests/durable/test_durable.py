@@ -127,14 +127,16 @@ async def test_a_run_whose_replica_is_stopped_by_a_deploy_is_finished_by_the_oth
     database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
 ) -> None:
     """SIGTERM (a deploy) leaves the replica's runs interrupted, their marks dropped: another replica takes them at
-    its next look (a third of META_AGENT_LEASE_SECONDS, 30 here), not once a mark of 30 s has lapsed."""
+    its next look (a third of its META_AGENT_LEASE_SECONDS: 3 s here, a look a second), not once the stopped
+    replica's mark (30 s, the default) has lapsed."""
     changes, there = tmp_path / "changes.txt", tmp_path / "there"
     config = servers_json(tmp_path)
     environ = replica_environ(llm, database_url, tmp_path)
+    looking = {**environ, "META_AGENT_LEASE_SECONDS": "3"}
     llm.reply(openai_reply(None, ("c1", "f__append", {"path": str(changes), "text": "changed"})))
     llm.reply(openai_reply(None, ("c2", "f__wait_for_file", {"path": str(there)})))
     llm.reply(openai_reply("All done."))
-    with replica(config, environ) as (stopped, stopped_url, _), http_serving(config, environ) as (other, log):
+    with replica(config, environ) as (stopped, stopped_url, _), http_serving(config, looking) as (other, log):
         task, waiting = "Change it, then wait.", f"waiting for {there}"
         assert await run_until_killed(stopped_url, task, waiting, stopped, signal=15) == 143
         there.touch()
@@ -214,7 +216,8 @@ async def test_a_resumed_run_does_not_overwrite_a_turn_of_its_conversation_saved
     database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
 ) -> None:
     """Its replica killed, the conversation goes on without it (its hold lapsed) on a replica started again, before
-    that replica resumes the run: the resumed run's answer is returned, but its turn is not saved over the later one."""
+    any replica resumes the run; then one started after that turn resumes it: the resumed run's answer is returned,
+    but its turn is not saved over the later one."""
     there = tmp_path / "there"
     config = servers_json(tmp_path)
     environ = {**replica_environ(llm, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
@@ -239,8 +242,9 @@ async def test_a_resumed_run_does_not_overwrite_a_turn_of_its_conversation_saved
             await anyio.to_thread.run_sync(doomed.wait, 30)
             tg.cancel_scope.cancel()
     run_id = pg_cluster.psql(database_url, "select id from runs where task = 'Wait.'")
-    # A replica looks for runs to resume a third of its lease after it starts: 10 s with this one's 30 s.
-    later = {**environ, "META_AGENT_LEASE_SECONDS": "30"}
+    # A replica looks for runs to resume every third of its lease: every 100 s with this one's 300 s, never within
+    # the test. The replica that resumes the run (a look a third of a second) starts once the later turn is saved.
+    later = {**environ, "META_AGENT_LEASE_SECONDS": "300"}
     with replica(config, later) as (_, url, log):
         llm.reply(openai_reply("It was 42."))
         async with Client(url) as client:
@@ -249,7 +253,9 @@ async def test_a_resumed_run_does_not_overwrite_a_turn_of_its_conversation_saved
         assert log.count("run_resumed") == 0, "resumed before the turn that should come first"
         there.touch()
         llm.reply(openai_reply("Waited."))
-        run = await done_run(url, run_id)
+        with replica(config, environ) as (_, _, resuming_log):
+            run = await done_run(url, run_id)
+        assert log.count("run_resumed") + resuming_log.count("run_resumed") == 1
     assert run["result"]["answer"] == "Waited." and run["result"]["conversation_id"] is None, run
     assert run["result"]["conversation_error"] == (
         "the conversation moved on while this run was interrupted (a later turn was saved first); this turn was not "

@@ -37,7 +37,11 @@ from meta_agent.store.run_index import RunIndex
 pytestmark = pytest.mark.anyio
 GATED_SERVER = TESTS / "fixtures" / "gated_server.py"
 LEASE = "2"  # seconds: a run's mark lapses within the outage, the case in which a run must not be handed on
-OUTAGE = 15.0  # seconds the database is down, at least (one test: LONG_OUTAGE)
+# Seconds the database is down, at least (one test: LONG_OUTAGE): three leases, so that every run's mark has lapsed
+# well before the database is back, and DBOS's write of the change's step, failing from early in the outage, is
+# retried within it (1 s, then 2 s, doubling). What the test checks holds for any outage that long; a longer one
+# only lengthens its wait.
+OUTAGE = 3 * float(LEASE)
 LONG_OUTAGE = 60.0  # the longest outage a replica must ride through (DBOS then retries its writes a minute apart)
 WITHIN = 180.0  # seconds: the bound of each wait after the database is back (DBOS retries its writes with backoff)
 

@@ -39,22 +39,24 @@ LOST = "the process that ran it ended before the run finished"
 
 
 @pytest.mark.parametrize("made_in", [LEGACY, MODERN])
-async def test_a_task_whose_replica_is_killed_is_finished_by_the_other_and_read_completed_there(
+async def test_a_task_whose_replica_is_killed_is_finished_elsewhere_and_read_completed_on_each(
     made_in: Era, database_url: str, llm: FakeLLM, tmp_path: Path
 ) -> None:
     """The task's run waits on its model turn when its replica is SIGKILLed. Read through the other replica it is
     `working` throughout (running on the killed one, with the progress line it has there, then waiting to be taken
-    over, then running on the other),
-    never failed; the other replica resumes the run (durable) and the task reads `completed` with the run's answer
-    in both eras, and 2025-11-25's tasks/result there gives the CallToolResult with the related-task `_meta`."""
+    over, then running again), never failed; a third replica, started once the task was seen waiting to be taken
+    over, hands the run on (durable), one of the two takes it from DBOS's queue and resumes it, and the task reads
+    `completed` with the run's answer in both eras on either replica, where 2025-11-25's tasks/result gives the
+    CallToolResult with the related-task `_meta`."""
     config = fault_config(tmp_path)
     environ = replica_environ(llm, database_url, tmp_path)
-    # The doomed replica's mark on its run lapses 1 s after it dies; the other looks for lapsed runs every 10 s (a
-    # third of its lease), first 10 s after it starts: the wait to be taken over can be seen between the two.
-    doomed_env, other_env = {**environ, "META_AGENT_LEASE_SECONDS": "1"}, {**environ, "META_AGENT_LEASE_SECONDS": "30"}
+    # The doomed replica's mark on its run lapses 1 s after it dies. The replica the test reads through looks for
+    # lapsed runs only every 100 s (a third of its lease), never within the test: the wait to be taken over lasts
+    # until the test starts the replica that takes it over, which looks every third of a second.
+    quick, reader_env = {**environ, "META_AGENT_LEASE_SECONDS": "1"}, {**environ, "META_AGENT_LEASE_SECONDS": "300"}
     llm.reply(openai_reply("never seen"), delay=HELD)  # the doomed replica's model turn: held until it dies
     llm.reply(openai_reply("All done."))  # the same turn, made again by the replica that resumes the run
-    with replica(config, doomed_env) as (doomed, doomed_url, _), replica(config, other_env) as (_, other_url, log):
+    with replica(config, quick) as (doomed, doomed_url, _), replica(config, reader_env) as (_, other_url, log):
         async with caller(doomed_url, made_in) as maker:
             task_id = await maker.start("agent", "Say it is all done.")
             await wait_for(lambda: len(llm.requests) == 1)  # its model turn is held
@@ -66,21 +68,26 @@ async def test_a_task_whose_replica_is_killed_is_finished_by_the_other_and_read_
                     assert set(seen.statuses) == {"working"}, seen
                 doomed.kill()
                 await anyio.to_thread.run_sync(doomed.wait, 30)
-                seen = await new.until(task_id, lambda read: read["status"] in TERMINAL)
-                assert seen.statuses[-1] == "completed" and set(seen.statuses[:-1]) <= {"working"}, seen
-                waits = [
-                    read for read in seen if "stopped; another replica takes it over" in read.get("statusMessage", "")
-                ]
-                assert waits, seen  # read through the other while the run waited to be taken over
-                assert answer_of(seen[-1]["result"]) == "All done."
-                assert seen[-1]["resultType"] == "complete"
-                legacy = await old.task(task_id)
-                assert legacy["status"] == "completed" and legacy["taskId"] == task_id, legacy
-                assert "result" not in legacy  # 2025-11-25 gives it by tasks/result
-                result = await old.result("tasks/result", {"taskId": task_id})
-                assert answer_of(result) == "All done."
-                assert result["_meta"][RELATED] == {"taskId": task_id}, result
-    assert log.count("run_resumed") == 1
+                waiting = "stopped; another replica takes it over"
+                seen = await new.until(task_id, lambda read: waiting in read.get("statusMessage", ""))
+                assert set(seen.statuses) == {"working"}, seen  # read through the other while it waits: never failed
+                with replica(config, quick) as (_, taker_url, taker_log):
+                    seen = await new.until(task_id, lambda read: read["status"] in TERMINAL)
+                    assert seen.statuses[-1] == "completed" and set(seen.statuses[:-1]) <= {"working"}, seen
+                    assert answer_of(seen[-1]["result"]) == "All done."
+                    assert seen[-1]["resultType"] == "complete"
+                    async with caller(taker_url, LEGACY) as taker_old, caller(taker_url, MODERN) as taker_new:
+                        for each_old, each_new in ((old, new), (taker_old, taker_new)):
+                            done = await each_new.task(task_id)
+                            assert done["status"] == "completed" and answer_of(done["result"]) == "All done.", done
+                            legacy = await each_old.task(task_id)
+                            assert legacy["status"] == "completed" and legacy["taskId"] == task_id, legacy
+                            assert "result" not in legacy  # 2025-11-25 gives it by tasks/result
+                            result = await each_old.result("tasks/result", {"taskId": task_id})
+                            assert answer_of(result) == "All done."
+                            assert result["_meta"][RELATED] == {"taskId": task_id}, result
+    assert taker_log.count("run_handed_on") == 1 and log.count("run_handed_on") == 0  # the reader never looked
+    assert taker_log.count("run_resumed") + log.count("run_resumed") == 1
     assert len(llm.requests) == 2  # the turn held by the killed replica, and the same turn again
 
 
