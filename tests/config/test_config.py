@@ -11,6 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 from meta_agent.config.servers import ServerEntry, load_servers, parse_servers
 from meta_agent.config.settings import load_settings
 from meta_agent.errors import ConfigError
+from meta_agent.shared.json_errors import invalid_json
 from meta_agent.shared.validation import problem
 
 pytestmark = pytest.mark.quick
@@ -190,6 +191,18 @@ def test_a_bad_config_is_one_clear_line(text: str, expected: str) -> None:
     assert message.startswith("servers.json")
     assert expected in message
     assert "\n" not in message
+
+
+def test_a_byte_order_mark_is_read_past_in_servers_json_and_named_in_a_file_we_write() -> None:
+    """Some Windows editors start a UTF-8 file with a BOM: servers.json, written by hand, is read past it; the trust
+    file, which meta-agent writes, is refused with the slip named, not the decoder's words."""
+    assert parse_servers("\ufeff" + servers(a={"command": "x"}), "servers.json", ENV)["a"].command == "x"
+    with pytest.raises(json.JSONDecodeError) as caught:
+        json.loads("\ufeff{}")
+    assert invalid_json("servers.trust.json", caught.value) == (
+        "servers.trust.json:1:1: invalid JSON (line 1, column 1): the file starts with a byte order mark (BOM): "
+        "save it as UTF-8 without BOM"
+    )
 
 
 def test_there_are_at_least_twenty_bad_configs() -> None:

@@ -202,7 +202,7 @@ async def test_trust_file_corrupted_while_serving(llm: FakeLLM, tmp_path: Path) 
                 assert [record["ok"] for record in refused] == [False, False], (kind, refused)
                 assert "cannot be asked" in refused[0]["error"] and "is blocked" in refused[1]["error"], refused
                 problem = (await _toolbox(client))["problems"][0]
-                assert problem.startswith(f"{path}: ") and "\n" not in problem, problem
+                assert problem.startswith(f"{path}:") and "\n" not in problem, problem  # path:LINE:COLUMN: for JSON
                 if path.is_dir():
                     path.rmdir()
                 trustfile.save(path, recorded)

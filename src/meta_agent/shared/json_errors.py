@@ -3,7 +3,8 @@
 Python's decoder says where it stopped and what it expected there ("Expecting property name enclosed in double
 quotes"), which a newcomer has to translate back to what they did. The likeliest slips of a hand-edited config are
 told by name instead: a trailing comma (at the comma's own line, not the bracket's after it), single quotes, a key
-without quotes, a comment, a Windows path's backslash, an empty file. Anything else keeps the decoder's own words.
+without quotes, a comment, a Windows path's backslash, an empty file, a byte order mark. Anything else keeps the
+decoder's own words.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def _slip(doc: str, pos: int, message: str) -> tuple[int, str]:
         return pos, "a \\u escape needs four hexadecimal digits"
     if message.startswith("Invalid \\escape"):
         return pos, "a backslash JSON does not know: write a backslash as \\\\ (C:\\\\Users), or use '/'"
+    if message.startswith("Unexpected UTF-8 BOM"):  # some Windows editors start a UTF-8 file with one
+        return pos, "the file starts with a byte order mark (BOM): save it as UTF-8 without BOM"
     if message == "Extra data":
         return pos, "more text after the end of the JSON (an extra '}' or ']', or a second object)"
     return pos, message[:1].lower() + message[1:]
