@@ -4,7 +4,6 @@ URL's host (SNI) and verifies its certificate against that name, as httpx2 does 
 from __future__ import annotations
 
 import base64
-import datetime
 import socket
 import socketserver
 import ssl
@@ -16,10 +15,11 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fault_server import TINY_PNG
+from tls_files import certificate
 
 from meta_agent.internal.guarded_http import tls_context
 from meta_agent.internal.images import FetchLimits, ImageRefused, fetch_image
@@ -92,16 +92,6 @@ def tls_image_host(tmp_path: Path, host: str) -> Iterator[tuple[int, Path, list[
         finally:
             server.shutdown()
             thread.join(timeout=10)
-
-
-def certificate(
-    subject: x509.Name, issuer: x509.Name, public_key: Any, signer: ec.EllipticCurvePrivateKey, extension: Any
-) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
-    builder = builder.serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-    builder = builder.not_valid_after(now + datetime.timedelta(hours=1)).add_extension(extension, critical=False)
-    return builder.sign(signer, hashes.SHA256())
 
 
 async def test_tls_verifies_and_names_the_host_while_the_connection_goes_to_the_checked_address(

@@ -39,20 +39,10 @@ log = structlog.get_logger(__name__)
 @exported
 async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve MCP on stdin and stdout until the host closes stdin or a signal stops it."""
-    from meta_agent.front.server import build_server
     from meta_agent.front.stdio.serve import serve_stdio
 
     # Where the event loop cannot poll pipes (Windows) the SDK's own transport serves, which cannot tell the answers.
-    hold = sys.platform != "win32"
-    server = build_server(
-        settings,
-        servers,
-        os.environ,
-        trust_file=args.trust_file,
-        config_file=args.config,
-        config_problem=args.config_problem,
-        hold_children=hold,
-    )
+    server = _server(args, settings, servers, hold_children=sys.platform != "win32")
     async with _reloading_on_hangup(server), _watched(server, settings):
         await serve_stdio(server)
     return 0
@@ -64,17 +54,9 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
     from meta_agent.front.auth.resource_server import resource_server
     from meta_agent.front.http.app import console_of, http_app
     from meta_agent.front.http.serve import StartupFailed, serve_http
-    from meta_agent.front.server import build_server
 
     try:
-        server = build_server(
-            settings,
-            servers,
-            os.environ,
-            trust_file=args.trust_file,
-            config_file=args.config,
-            config_problem=args.config_problem,
-        )
+        server = _server(args, settings, servers)
         app = http_app(
             server,
             host=args.host,
@@ -98,6 +80,23 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
     except StartupFailed:
         return fail("serve: the server failed to start (the log above says why)", EXIT_FAILED)
     return 0
+
+
+def _server(
+    args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry], *, hold_children: bool = False
+) -> MetaAgentServer:
+    """The server `serve` runs, over the files and the problem its command line named."""
+    from meta_agent.front.server import build_server
+
+    return build_server(
+        settings,
+        servers,
+        os.environ,
+        trust_file=args.trust_file,
+        config_file=args.config,
+        config_problem=args.config_problem,
+        hold_children=hold_children,
+    )
 
 
 def _base_url(host: str, port: int) -> str:
