@@ -67,7 +67,11 @@ async def killed_while_asking(era: Era, doomed: Any, doomed_url: str, other_url:
 
 async def run_row(pg_cluster: Cluster, database_url: str, task_id: str, wanted: str) -> None:
     """Wait for the run's row in the run index to read `wanted` (`status|error`)."""
-    query = f"select status, error from runs where id = '{task_id}'"
+    await reads(pg_cluster, database_url, f"select status, error from runs where id = '{task_id}'", wanted)
+
+
+async def reads(pg_cluster: Cluster, database_url: str, query: str, wanted: str) -> None:
+    """Wait for `query` to read `wanted`."""
     with anyio.fail_after(BOUND):
         while pg_cluster.psql(database_url, query) != wanted:
             await anyio.sleep(0.1)  # the run ends on the replica running it
@@ -186,8 +190,9 @@ async def test_a_task_cancelled_at_any_moment_of_its_takeover_ends_and_its_call_
                     await updated(new, task_id, {second: ALLOW})
             await run_row(pg_cluster, database_url, task_id, "done|cancelled")
             assert (await new.task(task_id))["status"] == "cancelled"
-    status = f"select status from dbos.workflow_status where workflow_uuid = '{task_id}'"
-    assert pg_cluster.psql(database_url, status) == "CANCELLED"  # never resumed again
+            # never resumed again: marked so in its durable record, just after its row (by the replica running it)
+            status = f"select status from dbos.workflow_status where workflow_uuid = '{task_id}'"
+            await reads(pg_cluster, database_url, status, "CANCELLED")
     assert not path.exists()
     assert sum(each.count("run_resumed") for each in logs) <= 1
 

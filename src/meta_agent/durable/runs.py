@@ -80,6 +80,9 @@ RETRY_SECONDS = 1.0
 # A run of another durable-run format still queued this long after it was handed on has no replica of its format left:
 # each replica polls DBOS's queue every second (DBOS's default), so a live one would have taken it ten times over.
 STRANDED_SECONDS = 10.0
+# Seconds between two pushes of DBOS's coalesced notifications (workflow events and streams, neither of which
+# meta-agent uses); DBOS's default, 0.01, wakes a thread a hundred times a second on an idle replica.
+NOTIFY_EVERY = 1.0
 
 
 _active: DurableRuns[Any] | None = None  # DBOS is one per process, and so is this
@@ -144,6 +147,7 @@ class DurableRuns(Generic[C]):
                 "executor_id": self.replica,
                 "application_version": APPLICATION_VERSION,  # DBOS hands a run only to replicas of its format
                 "log_level": "WARNING",
+                "notification_coalesce_sec": NOTIFY_EVERY,
             }
         )
         route_through_ours("dbos")  # DBOS's lines (tracebacks of an outage) as ours, one JSON line each, not its own
