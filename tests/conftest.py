@@ -27,6 +27,7 @@ from quick_tier import (  # noqa: F401  (the quick tier's option and its check t
 )
 
 from meta_agent.config.servers import ServerEntry
+from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tools import ToolHints, ToolSpec
 
 TESTS = Path(__file__).parent
@@ -63,6 +64,26 @@ def tool_spec(schema: Mapping[str, Any]) -> ToolSpec:
         hints=ToolHints(),
         trust="always",
         trust_source="default",
+    )
+
+
+def named_tool(
+    name: str, description: str = "", properties: dict[str, Any] | None = None, trust: TrustLevel = "ask"
+) -> ToolSpec:
+    """The tool `name` (`server.tool`, or an internal tool's bare name) as the toolbox holds it, for the tests of
+    what is offered or told about tools by their names."""
+    server, _, tool = name.rpartition(".")
+    return ToolSpec(
+        name=name,
+        alias=name.replace(".", "__"),
+        server=server or None,
+        tool=tool,
+        description=description,
+        input_schema={"type": "object", "properties": properties or {}},
+        output_schema=None,
+        hints=ToolHints(),
+        trust=trust,
+        trust_source="test",
     )
 
 

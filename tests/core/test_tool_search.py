@@ -13,15 +13,14 @@ from typing import Any
 import anyio
 import pytest
 from conftest import ProgressLog, openai_env
+from conftest import named_tool as spec
 from fake_llm import FakeLLM, Seen, openai_reply
 from many_tools import tools
 from mcp import Client
 
 from meta_agent.config.servers import ServerEntry, ToolFilter, load_servers, parse_servers
 from meta_agent.config.settings import Settings
-from meta_agent.core.policy import TrustLevel
 from meta_agent.core.tool_search import AUTO_THRESHOLD, ToolIndex, search_on, tokenize
-from meta_agent.core.tools import ToolHints, ToolSpec
 from meta_agent.errors import ConfigError
 from meta_agent.front.server import build_server
 
@@ -33,22 +32,6 @@ ERAS = ["2026-07-28", "legacy"]
 def many(count: int = 60, **extra: Any) -> ServerEntry:
     """The many-tools child, trusted (none of these tests is about approval)."""
     return ServerEntry(command=sys.executable, args=(str(MANY), "--count", str(count)), trust={"*": "always"}, **extra)
-
-
-def spec(name: str, description: str, properties: dict[str, Any] | None = None, trust: TrustLevel = "ask") -> ToolSpec:
-    server, _, tool = name.rpartition(".")
-    return ToolSpec(
-        name=name,
-        alias=name.replace(".", "__"),
-        server=server or None,
-        tool=tool,
-        description=description,
-        input_schema={"type": "object", "properties": properties or {}},
-        output_schema=None,
-        hints=ToolHints(),
-        trust=trust,
-        trust_source="test",
-    )
 
 
 def offered(seen: Seen) -> list[str]:

@@ -4,28 +4,12 @@ and the likeliest one meant. Table-driven over a toolbox of two internal tools a
 from __future__ import annotations
 
 import pytest
+from conftest import named_tool as spec
 
 from meta_agent.children.supervisor import ChildStatus
-from meta_agent.core.tools import ToolHints, ToolSpec
 from meta_agent.toolbox.missing import why_missing
 
 pytestmark = pytest.mark.quick
-
-
-def spec(name: str) -> ToolSpec:
-    server, _, tool = name.rpartition(".")
-    return ToolSpec(
-        name=name,
-        alias=name.replace(".", "__"),
-        server=server or None,
-        tool=tool,
-        description="",
-        input_schema={"type": "object"},
-        output_schema=None,
-        hints=ToolHints(),
-        trust="always",
-        trust_source="default",
-    )
 
 
 INTERNAL = [spec("describe_image"), spec("read_result")]
