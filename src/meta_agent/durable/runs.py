@@ -32,10 +32,10 @@ Deploys: replicas give DBOS the durable-run format (durable/format.py: what a ru
 meta-agent's own version and bumped only when that changes) as their application version, and DBOS hands a queued run
 only to a replica of the version it was recorded under. So the replicas of two releases of one format finish each
 other's runs, and a run of another format is handed on as any other, to whichever replica of its format DBOS finds
-(a rolling deploy: one of the old release still serving). Every replica polls DBOS's queue every second: a run still
-queued STRANDED_SECONDS after it was handed on (seen at a later look, once its row's mark lapses again) has no replica
-of its format left, and it is ended as failed, `NOT_RESUMABLE`, cancelled in DBOS first so that no replica of any
-format resumes it after; it is never left interrupted for good.
+(a rolling deploy: one of the old release still serving). Every replica polls DBOS's queue every few seconds
+(durable/quiet.py): a run still queued STRANDED_SECONDS after it was handed on (seen at a later look, once its row's
+mark lapses again) has no replica of its format left, and it is ended as failed, `NOT_RESUMABLE`, cancelled in DBOS
+first so that no replica of any format resumes it after; it is never left interrupted for good.
 
 A database outage: DBOS holds each step's write and retries it until the database is back (a step that completed
 meanwhile is recorded then, so it never runs again), and the run waits there; the run index keeps the run's row from
@@ -59,6 +59,7 @@ import structlog
 from meta_agent.core.events import Emit, Event, ToolCallStarted
 from meta_agent.core.result import RunResult
 from meta_agent.core.run_spec import RunBody, RunSpec
+from meta_agent.durable import quiet
 from meta_agent.durable.faults import Lost, RunLost, cancelled_error, is_cancel, unwrapped, without_traceback
 from meta_agent.durable.format import APPLICATION_VERSION
 from meta_agent.durable.steps import RunSteps
@@ -78,11 +79,8 @@ MAX_RESUMES = 3  # hand-ons of a run after its replica stopped before it is give
 # /health says 503 until one goes through.
 RETRY_SECONDS = 1.0
 # A run of another durable-run format still queued this long after it was handed on has no replica of its format left:
-# each replica polls DBOS's queue every second (DBOS's default), so a live one would have taken it ten times over.
-STRANDED_SECONDS = 10.0
-# Seconds between two pushes of DBOS's coalesced notifications (workflow events and streams, neither of which
-# meta-agent uses); DBOS's default, 0.01, wakes a thread a hundred times a second on an idle replica.
-NOTIFY_EVERY = 1.0
+# each replica polls DBOS's queue every few seconds (quiet.queue_poll), so a live one would have taken it twice over.
+STRANDED_SECONDS = 2 * quiet.LONGEST_QUEUE_POLL
 
 
 _active: DurableRuns[Any] | None = None  # DBOS is one per process, and so is this
@@ -140,16 +138,19 @@ class DurableRuns(Generic[C]):
         _registered()  # before the launch, which may resume runs
         from dbos import DBOS
 
-        DBOS(
+        dbos = DBOS(
             config={
                 "name": "meta-agent",
                 "system_database_url": self.url,
                 "executor_id": self.replica,
                 "application_version": APPLICATION_VERSION,  # DBOS hands a run only to replicas of its format
                 "log_level": "WARNING",
-                "notification_coalesce_sec": NOTIFY_EVERY,
+                # DBOS's notifications wake workflows waiting on messages, events and streams, none of which meta-agent
+                # uses; listening for them woke a thread ten times a second, and pushing them another a hundred
+                "use_listen_notify": False,
             }
         )
+        quiet.before_launch(dbos, self.check_every)
         route_through_ours("dbos")  # DBOS's lines (tracebacks of an outage) as ours, one JSON line each, not its own
         logging.getLogger("dbos").addFilter(without_traceback)
         try:
@@ -157,6 +158,7 @@ class DurableRuns(Generic[C]):
         except BaseException:
             DBOS.destroy()
             raise
+        quiet.after_launch(dbos)
         self._body = body
         _active = self
         self._watch = anyio.create_task_group()

@@ -46,6 +46,7 @@ log = structlog.get_logger(__name__)
 CHANNEL = "meta_agent_parked"
 # A waiter reads its row again this often even without a notification.
 LOOK_AGAIN = 1.0
+DRAIN_SECONDS = 0.05  # after the socket turned readable, how long to wait for a notification more
 # A lapsed row is deleted after this long (no caller can come back to it: sealed request states last 600 s).
 FORGET_AFTER = 600.0
 # A notification's payload is at most 8000 bytes; a progress message is cut well below.
@@ -239,8 +240,8 @@ class SharedRounds:
                     if not started:
                         task_status.started()
                         started = True
-                    async for notification in connection.notifies():
-                        self._deliver(notification.payload)
+                    async for payload in _notified(connection):
+                        self._deliver(payload)
             except (psycopg.Error, OSError) as exc:
                 log.warning("parked_rounds_not_heard", error=str(exc), database=self.database.label)
                 if not started:
@@ -269,6 +270,17 @@ class SharedRounds:
                 await self._run(_renew, self.replica, time.time(), self.alive_seconds)
             except self.database.errors as exc:
                 log.warning("parked_rounds_not_renewed", error=str(exc), database=self.database.label)
+
+
+async def _notified(connection: Any) -> AsyncIterator[str]:
+    """The payloads of the notifications `connection` (psycopg's, listening) receives, as they come. The event loop
+    wakes only when its socket has something to read: psycopg's own `notifies()` wakes it ten times a second to look
+    (its wait interval), what an idle replica spent most on of its own."""
+    while True:
+        # what came with the last statement, or since: read until a short look finds nothing more
+        async for notification in connection.notifies(timeout=DRAIN_SECONDS):
+            yield notification.payload
+        await anyio.wait_readable(connection.pgconn.socket)
 
 
 async def _next_change(notes: MemoryObjectReceiveStream[Note]) -> None:
