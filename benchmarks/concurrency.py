@@ -90,7 +90,8 @@ async def _wait_healthy(url: str) -> None:
                 await anyio.sleep(0.05)
 
 
-async def _burst(url: str, mode: str) -> float:
+async def _burst(url: str, mode: str) -> tuple[float, float]:
+    """The wall time (ms) of CALLS calls at once, and of one such call alone just before, on one connection."""
     async with (
         httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120)) as http,
         Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
@@ -101,6 +102,9 @@ async def _burst(url: str, mode: str) -> float:
             results.append(await client.call_tool("agent", {"task": f"echo hello ({i})", "tools": ["echo.*"]}))
 
         await one(-1)  # warm: the model client and the child's connection exist before the clock starts
+        started = clock()
+        await one(-2)  # the yardstick: one such run alone
+        alone = clock() - started
         results.clear()
         started = clock()
         async with anyio.create_task_group() as tg:
@@ -108,7 +112,7 @@ async def _burst(url: str, mode: str) -> float:
                 tg.start_soon(one, i)
         elapsed = clock() - started
     check_burst(results)
-    return elapsed * 1000
+    return elapsed * 1000, alone * 1000
 
 
 def check_burst(results: list[t.CallToolResult]) -> None:
@@ -123,6 +127,7 @@ async def measure(rounds: int) -> dict[str, Any]:
     """Per server (today's code, and the baseline's where git has it) and per era, the wall time of a burst; and each
     server's CPU per run over all its bursts."""
     per: dict[str, list[float]] = {}
+    alone: dict[str, list[float]] = {}
     cpu: dict[str, float] = {}
     with (
         tempfile.TemporaryDirectory() as state,
@@ -146,11 +151,16 @@ async def measure(rounds: int) -> dict[str, Any]:
             for _ in range(rounds):
                 for era, mode in MODES.items():
                     for name, (url, _) in servers.items():
-                        per.setdefault(f"{name}: {era}", []).append(await _burst(url, mode))
-            runs = rounds * len(MODES) * (CALLS + 1)  # each burst makes one warm-up call too
+                        burst, single = await _burst(url, mode)
+                        per.setdefault(f"{name}: {era}", []).append(burst)
+                        alone.setdefault(f"{name}: {era}", []).append(single)
+            runs = rounds * len(MODES) * (CALLS + 2)  # each burst makes a warm-up call and one alone too
             for name, (_, process) in servers.items():
                 cpu[name] = (_cpu(process) - before[name]) * 1000 / runs
-    return {name: spread(values) for name, values in per.items()} | {"server cpu ms per run": cpu}
+    return {name: spread(values) for name, values in per.items()} | {
+        "server cpu ms per run": cpu,
+        "one run alone ms": {name: spread(values) for name, values in alone.items()},
+    }
 
 
 def _cpu(process: subprocess.Popen[bytes]) -> float:

@@ -90,7 +90,8 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
-async def benchmarks(rounds: dict[str, int]) -> dict[str, Any]:
+async def benchmarks(rounds: dict[str, int], only: set[str] | None = None) -> dict[str, Any]:
+    """Every section's figures, or only those of the sections `only` names."""
     out: dict[str, Any] = {}
     for name, run in (
         ("loop", lambda: loop.measure(rounds["loop"])),
@@ -104,10 +105,98 @@ async def benchmarks(rounds: dict[str, int]) -> dict[str, Any]:
         ("handles", handles.measure),
         ("replicas", lambda: replicas.measure(rounds["replicas"])),
     ):
+        if only is not None and name not in only:
+            continue
         started = time.perf_counter()
         out[name] = await run()
         print(f"{name}: done in {time.perf_counter() - started:.0f} s", flush=True)
     return out
+
+
+def _per_core(results: dict[str, Any]) -> list[str]:
+    """What one core carries, each figure beside its yardstick measured in the same run (sections below say how)."""
+    rows = []
+    cc = results.get("concurrency", {})
+    for era in concurrency.MODES:
+        name = f"{concurrency.OURS}: {era}"
+        if name in cc and name in cc.get("one run alone ms", {}):
+            burst, alone = cc[name]["median"], cc["one run alone ms"][name]["median"]
+            rows.append(
+                (
+                    f"{concurrency.CALLS} `agent` runs at once, {era}",
+                    f"{burst:.0f} ms",
+                    "one such run alone",
+                    f"{alone:.0f} ms",
+                    burst / alone,
+                    "≤ 1.5×",
+                    burst / alone <= 1.5,
+                )
+            )
+    rp = results.get("replicas", {})
+    if "dbos alone" in rp:
+        cpu, alone, steps = rp["server cpu ms per run"], rp["dbos alone"], rp["steps per run"]
+        added = cpu[replicas.ONE] - cpu[replicas.EMBEDDED]
+        floor = alone["workflow ms"] + steps * alone["step ms"]
+        rows.append(
+            (
+                "CPU a durable run adds to an embedded one",
+                f"{added:.1f} ms",
+                f"DBOS alone, {steps:.1f} steps",
+                f"{floor:.1f} ms",
+                added / floor,
+                "≤ 1.5×",
+                added / floor <= 1.5,
+            )
+        )
+    if "idle cpu ms per s" in rp:
+        idle = rp["idle cpu ms per s"]
+        over = idle[replicas.ONE] - idle[replicas.EMBEDDED]
+        rows.append(
+            (
+                "an idle replica on PostgreSQL, CPU",
+                f"{idle[replicas.ONE]:.1f} ms/s",
+                "an idle embedded replica",
+                f"{idle[replicas.EMBEDDED]:.1f} ms/s",
+                None,
+                "≤ +2 ms/s",
+                over <= 2,
+            )
+        )
+    paired = results.get("cold_start", {}).get("first answer / bare, per round", {})
+    cs = results.get("cold_start", {})
+    first = next((name for name in paired if name.endswith("1 children")), None)
+    if first is not None:
+        ratio = paired[first]["median"]
+        rows.append(
+            (
+                "cold start to the first answer (1 child)",
+                f"{cs[f'{first}: first answer']['median']:.0f} ms",
+                "a bare SDK `MCPServer`",
+                f"{cs['bare MCPServer: first answer']['median']:.0f} ms",
+                ratio,
+                "≤ 1.15×",
+                ratio <= 1.15,
+            )
+        )
+    if not rows:
+        return []
+    lines = [
+        "## Runs per core (each figure beside its yardstick, measured in the same run)",
+        "",
+        "| what | measured | yardstick | its figure | ratio | goal | |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for what, figure, yardstick, theirs, ratio, goal, ok in rows:
+        shown = "—" if ratio is None else f"{ratio:.2f}×"
+        lines.append(f"| {what} | {figure} | {yardstick} | {theirs} | {shown} | {goal} | {verdict(ok)} |")
+    return [*lines, ""]
+
+
+def _alone_cells(burst: dict[str, float], alone: dict[str, float] | None) -> str:
+    """A burst's cells beside one run alone: that run's wall time, and the burst's over it."""
+    if alone is None:  # a report written again from figures taken before this was measured
+        return "— | —"
+    return f"{ms(alone)} | {burst['median'] / alone['median']:.2f}×"
 
 
 def _concurrency_why(profile: dict[str, Any] | None) -> str:
@@ -199,6 +288,7 @@ def profile_section(profile: dict[str, Any]) -> list[str]:
 def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run: str) -> str:
     lines = ["# Benchmark results", "", *machine(run), f"- Wall time of the whole command: {seconds:.0f} s", ""]
     lines += ["Written by `scripts/bench` (benchmarks/run.py); every figure is the median over rounds (min–max).", ""]
+    lines += _per_core(results)
 
     lp = dict(results["loop"])
     extra = lp.pop("added per step")
@@ -336,6 +426,7 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
 
     cc = dict(results["concurrency"])
     cpu = cc.pop("server cpu ms per run")
+    alone = cc.pop("one run alone ms", {})
     ideal = concurrency.TURNS * concurrency.TURN_DELAY * 1000
     ours_walls = {name: f for name, f in cc.items() if name.startswith(f"{concurrency.OURS}:")}
     worst_wall = max(f["median"] for f in ours_walls.values()) / ideal
@@ -351,9 +442,12 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
         f" is the code of {concurrency.BASELINE} (before issue 15), run from git on the same machine with the same"
         " packages, burst for burst beside today's.",
         "",
-        "| server: caller | wall time | × ideal |",
-        "|---|---|---|",
-        *(f"| {name} | {ms(f)} | {f['median'] / ideal:.2f}× |" for name, f in cc.items()),
+        "| server: caller | wall time | × ideal | one run alone | burst / one run alone |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {name} | {ms(f)} | {f['median'] / ideal:.2f}× | {_alone_cells(f, alone.get(name))} |"
+            for name, f in cc.items()
+        ),
         "",
         "| server | CPU per run |",
         "|---|---|",
@@ -421,6 +515,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one round of each (a smoke run, not for figures)")
     parser.add_argument("--report-only", action="store_true", help=f"write the report again from {RAW.name}")
+    parser.add_argument(
+        "--only",
+        metavar="SECTION,...",
+        help=f"measure these sections again (e.g. concurrency,replicas,cold_start), the rest as {RAW.name} has them;"
+        " the fault suite is not run",
+    )
     args = parser.parse_args()
     configure_logging("warning")
     rounds = dict.fromkeys(("proxy", "concurrency"), 5) | {"loop": 7, "one_shot": 7, "cold_start": 3, "replicas": 3}
@@ -428,6 +528,17 @@ def main() -> None:
         rounds = dict.fromkeys(rounds, 1)
     if args.report_only:
         raw = json.loads(RAW.read_text())
+    elif args.only:
+        raw = json.loads(RAW.read_text())
+        only = set(args.only.split(","))
+        known = {"loop", "proxy", "cold_start", "one_shot", "concurrency", "profile", "memory", "tool_search"}
+        if unknown := only - known - {"handles", "replicas"}:
+            parser.error(f"--only: no section {', '.join(sorted(unknown))}")
+        raw["results"] |= anyio.run(benchmarks, rounds, only)
+        raw["run"] = (
+            f"{raw.get('run', '(not recorded)')}; {', '.join(sorted(only))} again {time.strftime('%Y-%m-%d %H:%M %Z')}"
+        )
+        RAW.write_text(json.dumps(raw, indent=1) + "\n")
     else:
         started = time.perf_counter()
         raw = {"results": anyio.run(benchmarks, rounds), "faults": fault_suite()}

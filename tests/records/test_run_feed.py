@@ -17,6 +17,7 @@ from meta_agent.core.messages import ImagePart, TextPart
 from meta_agent.core.result import RunResult, RunUsage
 from meta_agent.records import run_feed
 from meta_agent.records.run_feed import ARGUMENT_CHARS, TEXT_CHARS, RunFeed, shown, view_of
+from meta_agent.store import run_events
 from meta_agent.store.database import SqliteDatabase
 from meta_agent.store.run_events import PAGE_EVENTS, RunEvents
 
@@ -110,7 +111,7 @@ async def test_a_run_keeps_at_most_so_many_events_and_always_its_end(monkeypatch
 
 async def test_a_resumed_run_is_numbered_on_after_what_was_kept() -> None:
     rows = Rows(last=12)
-    feed = RunFeed(rows, "r")
+    feed = RunFeed(rows, "r", resumed=True)
     async with feed.writing():
         await feed(ev.ModelTurnStarted(step=1))
     assert rows.rows == {
@@ -173,7 +174,25 @@ async def test_each_event_keeps_its_progress_line_bounded_and_safe_and_the_lates
     line = await events.line("r")
     assert line is not None and line.startswith("step 2 · thinking: ␛]8;;evil␇")
     assert len(line) <= run_feed.LINE_CHARS and "\n" not in line
-    async with RunFeed(events, "r").writing():  # resumed: a `resumed` mark, which has no line, comes last
+    async with RunFeed(events, "r", resumed=True).writing():  # resumed: a `resumed` mark, which has no line, comes last
         pass
     assert json.loads((await events.page("r", 1))[0][-1][1])["kind"] == "resumed"
     assert await events.line("r") == line
+
+
+async def test_a_run_that_starts_now_numbers_its_events_from_one_without_reading_and_writes_many_at_once(
+    tmp_path: Path,
+) -> None:
+    """A run that starts now has no kept events to look for (one statement less a run); a batch longer than one
+    statement takes is written whole, in order, and a row kept already stays as it was."""
+    events = RunEvents(SqliteDatabase(tmp_path / "s.sqlite3"))
+    await events.append("r", [(1, '{"kind": "kept"}')])
+    many = [(seq, json.dumps({"kind": "n", "step": seq})) for seq in range(1, 2 * run_events.ROWS_AT_ONCE + 7)]
+    await events.append("r", many)
+    assert await events.last("r") == len(many)
+    page, _ = await events.page("r", 0)
+    assert [seq for seq, _ in page[:3]] == [1, 2, 3] and page[0][1] == '{"kind": "kept"}'
+    async with (feed := RunFeed(events, "fresh")).writing():
+        await feed(ev.Thinking(step=1, text="hello"))
+    page, _ = await events.page("fresh", 0)
+    assert [seq for seq, _ in page] == [1] and json.loads(page[0][1])["kind"] != "resumed"

@@ -271,7 +271,7 @@ class DurableRuns(Generic[C]):
         if run_id is None:
             return RunSteps(can_ask=can_ask)
         started, ended = await anyio.to_thread.run_sync(self.index.database.run, _record_times, run_id)
-        return RunSteps(can_ask=can_ask, started=started, recorded=ended)
+        return RunSteps(can_ask=can_ask, started=started, recorded=ended, resumed=True)
 
     async def _resume_lapsed(self) -> None:
         """Look for runs to resume every `check_every`; while the database cannot be reached, every RETRY_SECONDS

@@ -33,10 +33,14 @@ class RunSteps:
     """One durable run's steps: wrappers of its model(s), tool runner and approver whose calls are checkpointed, and
     the run's clock (`elapsed`)."""
 
-    def __init__(self, *, can_ask: bool, started: float | None = None, recorded: Sequence[float] = ()) -> None:
+    def __init__(
+        self, *, can_ask: bool, started: float | None = None, recorded: Sequence[float] = (), resumed: bool = False
+    ) -> None:
         """`started`: when the run first started (seconds since the epoch; None: now, a run that starts now).
-        `recorded`: when each step of its record ended, for a run resumed with a record to replay."""
+        `recorded`: when each step of its record ended, for a run resumed with a record to replay. `resumed`: an
+        execution after the first, which may have left rows (its events) behind."""
         self.can_ask = can_ask  # the caller that started the run could be asked (a resumed run keeps that)
+        self.resumed = resumed
         self._drawn: list[_Drawn] = []  # the latest model turn's calls, in its order, with their step numbers
         self._in_tool_calls = 0  # tool steps under way: a model asked meanwhile is a tool's (describe_image)
         self._started = time.time() if started is None else started

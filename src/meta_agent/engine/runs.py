@@ -217,7 +217,14 @@ class Runs:
             not_ready = {"not_ready": unavailable_line(unavailable)} if unavailable else {}
             log.info("run_started", mode=spec.mode, model=provider.name, tools=len(request.tools), **not_ready)
             result = await self._loop(
-                request, caller.emit, spans, provider=provider, fallbacks=fallbacks, tools=runner, approver=approver
+                request,
+                caller.emit,
+                spans,
+                resumed=steps is not None and steps.resumed,
+                provider=provider,
+                fallbacks=fallbacks,
+                tools=runner,
+                approver=approver,
             )
             result = await self._remember(result, turn, steps, moved_on=moved_on)
             await self.index.finished(request.run_id, result)
@@ -231,12 +238,14 @@ class Runs:
             )
         return result
 
-    async def _loop(self, request: RunRequest, emit: Emit | None, spans: Spans, **parts: Any) -> RunResult:
+    async def _loop(
+        self, request: RunRequest, emit: Emit | None, spans: Spans, *, resumed: bool, **parts: Any
+    ) -> RunResult:
         """The loop's run of `request` with its `parts` (provider, fallbacks, tools, approver), each event to `emit`,
         the trace, telemetry and (durable) the run index; the trace is whole on disk before the result is returned."""
         trace = TraceWriter(self.trace_dir, self.redact)
         noted = None if self.durable is None else self.durable.noting(request.run_id)
-        feed = RunFeed(self.events, request.run_id, self.redact)
+        feed = RunFeed(self.events, request.run_id, self.redact, resumed=resumed)
         # telemetry and the views first: a caller's sink that raises (it ends the run) must not leave the run's spans
         # open for good, nor its views without its end
         sinks = [sink for sink in (spans, Metrics(), feed, emit, trace, noted) if sink is not None]

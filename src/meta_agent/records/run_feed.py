@@ -267,11 +267,16 @@ class RunFeed:
     """The sink that keeps one run's events for its views, numbered after those kept already (a durable run resumed
     here goes on after what its first replica kept, behind a `resumed` event)."""
 
-    def __init__(self, store: EventRows, run_id: str, redact: Callable[[str], str] | None = None) -> None:
-        """`redact`: the traces' redaction (records/traces.py `Redactor`), run over each body's JSON as a trace's."""
+    def __init__(
+        self, store: EventRows, run_id: str, redact: Callable[[str], str] | None = None, *, resumed: bool = False
+    ) -> None:
+        """`redact`: the traces' redaction (records/traces.py `Redactor`), run over each body's JSON as a trace's.
+        `resumed`: a durable run resumed here, whose first execution may have kept events already (a run that starts
+        now has none to look for)."""
         self.store = store
         self.run_id = run_id
         self._redact = redact
+        self._resumed = resumed
         self._next = 1
         self._kept = 0  # events taken, and their characters, against the run's bounds
         self._chars = 0
@@ -321,6 +326,8 @@ class RunFeed:
             raise failure
 
     async def _start(self) -> None:
+        if not self._resumed:
+            return
         try:
             kept = await self.store.last(self.run_id)
         except self.store.errors as exc:

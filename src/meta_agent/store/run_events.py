@@ -19,6 +19,8 @@ PAGE_EVENTS = 200
 PAGE_CHARS = 1_000_000
 # The largest cursor a view may give: what both databases' integers hold and a page's script counts exactly (2**53).
 MAX_CURSOR = 2**53
+# Events written by one statement at most (three parameters each: far below either database's limit).
+ROWS_AT_ONCE = 200
 
 
 class RunEvents:
@@ -61,10 +63,14 @@ class RunEvents:
 
 
 def _append(sql: Sql, run_id: str, bodies: list[tuple[int, str]]) -> None:
-    for seq, body in bodies:
+    # one statement per ROWS_AT_ONCE rows: a statement is a round trip to PostgreSQL
+    for start in range(0, len(bodies), ROWS_AT_ONCE):
+        rows = bodies[start : start + ROWS_AT_ONCE]
         sql.execute(
-            "insert into run_events (run_id, seq, body) values (?, ?, ?) on conflict (run_id, seq) do nothing",
-            (run_id, seq, body),
+            "insert into run_events (run_id, seq, body) values "
+            + ", ".join(["(?, ?, ?)"] * len(rows))
+            + " on conflict (run_id, seq) do nothing",
+            [value for seq, body in rows for value in (run_id, seq, body)],
         )
 
 
