@@ -5,6 +5,8 @@ replica then costs is measured in benchmarks/replicas.py."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from conftest import openai_env
 from fake_llm import FakeLLM, openai_reply
@@ -17,8 +19,9 @@ pytestmark = pytest.mark.anyio
 
 
 def test_the_private_names_quiet_sets_are_dbos_own() -> None:
-    from dbos import _workflow_commands
+    from dbos import DBOS, _workflow_commands
     from dbos._dbos import DBOSRegistry
+    from dbos._event_loop import BackgroundEventLoop
     from dbos._queue import Queue
     from dbos._sys_db import SystemDatabase
 
@@ -26,6 +29,8 @@ def test_the_private_names_quiet_sets_are_dbos_own() -> None:
     assert callable(DBOSRegistry.get_internal_queue)
     assert "_polling_interval_sec" in Queue.__init__.__code__.co_names
     assert callable(SystemDatabase.list_queues)
+    assert callable(BackgroundEventLoop.set_main_loop)
+    assert "_background_event_loop" in DBOS.__init__.__code__.co_names
 
 
 def test_the_queue_is_polled_as_often_as_runs_are_looked_for_up_to_a_few_seconds() -> None:
@@ -47,6 +52,7 @@ async def test_a_replica_on_postgresql_launches_dbos_quiet_and_its_runs_still_co
         assert dbos._registry.get_internal_queue()._polling_interval_sec == 1.0  # a third of the lease
         assert dbos._sys_db.list_queues(application_name="meta-agent") == []
         assert dbos._sys_db.use_listen_notify is False
+        assert dbos._background_event_loop.target_loop() is asyncio.get_running_loop()  # launched on a worker thread
         result = await engine.run("Say done.", mode="agent")
         assert result.answer == "Done."
         status = await DBOS.get_workflow_status_async(result.run_id)

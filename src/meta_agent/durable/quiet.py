@@ -37,6 +37,13 @@ def before_launch(dbos: Any, check_every: float) -> None:
     dbos._registry.get_internal_queue()._polling_interval_sec = queue_poll(check_every)  # read at every poll
 
 
+def on_this_loop(dbos: Any) -> None:
+    """Have `dbos` (constructed, not launched) run the workflows it starts itself on the running event loop, though
+    it is launched from a worker thread: DBOS takes the loop of the thread that calls its launch, where there is one,
+    and keeps one it was given where there is not."""
+    dbos._background_event_loop.set_main_loop()
+
+
 def after_launch(dbos: Any) -> None:
     """Answer DBOS's look for database-backed queues without a transaction: meta-agent declares none."""
 

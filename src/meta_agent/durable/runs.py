@@ -153,14 +153,20 @@ class DurableRuns(Generic[C]):
         quiet.before_launch(dbos, self.check_every)
         route_through_ours("dbos")  # DBOS's lines (tracebacks of an outage) as ours, one JSON line each, not its own
         logging.getLogger("dbos").addFilter(without_traceback)
+        # DBOS's launch is a few dozen statements (its migrations, its look for runs of this replica to recover):
+        # on a worker thread, so a slow database cannot stall the event loop. DBOS runs the workflows it starts itself
+        # (recovered, dequeued) on the loop that launched it: this one, named to it first (`on_this_loop`); a run it
+        # recovers may start as soon as it launches, so this replica is ready to run one before.
+        self._body = body
+        _active = self
+        quiet.on_this_loop(dbos)
         try:
-            DBOS.launch()
+            await anyio.to_thread.run_sync(DBOS.launch)
         except BaseException:
+            _active = None
             DBOS.destroy()
             raise
         quiet.after_launch(dbos)
-        self._body = body
-        _active = self
         self._watch = anyio.create_task_group()
         await self._watch.__aenter__()
         self._watch.start_soon(self._resume_lapsed)
