@@ -193,6 +193,13 @@ class Settings(BaseSettings):
         description="Whether a run finds its tools with `find_tools` instead of seeing every schema: `auto` when a run"
         " has more than 30 selected tools, `on` always (except `ask`), `off` never.",
     )
+    code_mode: Literal["auto", "on", "off"] = Field(
+        default="off",
+        description="Code mode: the model writes a short program over the run's tools with `run_code`, and only what"
+        " it prints comes back to the model. `on`: `run_code` alone (with `find_tools` when tool search is on); `auto`:"
+        " `run_code` alone when a run has more than 30 selected tools, else beside them, for the model to choose;"
+        " `off`: no `run_code`. A call's `code` argument of `agent` or `plan` overrides it (`true` is `on`).",
+    )
     result_inline_chars: int = Field(
         default=20_000,
         ge=1_000,

@@ -52,7 +52,7 @@ RECORD = (
 RECORDED = (RunSpec, RunResult, ModelResponse, ToolOutcome, Verdict)
 
 # The fingerprint of `shapes()` for each format, oldest first: format N is FORMATS[N - 1].
-FORMATS = ("26f9a2c5452be739",)
+FORMATS = ("26f9a2c5452be739", "c6f1059b5afa4517")
 # The durable-run format. Bumped (by appending to FORMATS) when, and only when, what a run records changes: which steps
 # it records, their order or names (RECORD), the module, name or fields of a class a step's input or outcome pickles
 # (ModelResponse, ToolOutcome, Verdict, RunSpec, RunResult and what they hold), or an error class a step may raise.

@@ -4,6 +4,9 @@ DBOS step, recorded once and given back by a replay, and the clock the run's tim
 Steps run one after another, except the tool calls of one model turn, which run concurrently: their step numbers are
 drawn in the order the model gave them, as soon as its answer is known, so each call meets its own record however the
 calls interleave. find_tools and read_result are no steps: they only read the run's own state, which replay rebuilds.
+Nor is run_code (code mode): a replay runs its program again, and each call the program makes is a step of its own,
+numbered on after the turn's drawn numbers (programs of a turn run one after another, so their calls come in one order),
+whose record the replayed program is given back; a program is deterministic given those answers (internal/sandbox.py).
 
 dbos is imported only on first use (with a PostgreSQL database).
 """
@@ -21,12 +24,12 @@ from meta_agent.core.messages import ModelRequest, ModelResponse, ToolCall
 from meta_agent.core.provider import Provider, WrappedProvider
 from meta_agent.core.tool_call import READ_RESULT, Approver, Asking, Verdict
 from meta_agent.core.tool_step import ToolRunner
-from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
+from meta_agent.core.tools import FIND_TOOLS, RUN_CODE, ProgressFn, RunContext, ToolOutcome, ToolSpec
 
 T = TypeVar("T")
 NOBODY_TO_ASK = "not run: the run was resumed after its replica stopped, and nobody is left to ask for approval"
-# Tools whose calls are no steps: they read only the run's own state, which a replay rebuilds.
-REPLAYED = frozenset({FIND_TOOLS, READ_RESULT})
+# Tools whose calls are no steps: they read only the run's own state, which a replay rebuilds; run_code's calls are.
+REPLAYED = frozenset({FIND_TOOLS, READ_RESULT, RUN_CODE})
 
 
 class RunSteps:
