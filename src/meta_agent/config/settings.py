@@ -200,6 +200,13 @@ class Settings(BaseSettings):
         " `run_code` alone when a run has more than 30 selected tools, else beside them, for the model to choose;"
         " `off`: no `run_code`. A call's `code` argument of `agent` or `plan` overrides it (`true` is `on`).",
     )
+    code_time_limit: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds a program of code mode may run (its own work, not the tool calls it waits for): one past"
+        " it is stopped, and the model gets a one-line error.",
+    )
     result_inline_chars: int = Field(
         default=20_000,
         ge=1_000,

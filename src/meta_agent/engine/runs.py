@@ -197,7 +197,7 @@ class Runs:
             spec.patterns, spec.mode, self.settings.tool_search, chosen
         )
         coded = code_on(self.settings.code_mode, spec.code, spec.mode, len(tools))
-        tools, search, code = with_run_code(self.toolbox, tools, search, coded)
+        tools, search, code = with_run_code(self.toolbox, tools, search, coded, self.settings.code_time_limit)
         request = RunRequest(
             task=spec.task,
             mode=spec.mode,

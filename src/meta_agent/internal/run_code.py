@@ -11,6 +11,7 @@ refused. The program runs in the sandbox of internal/sandbox.py.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,14 +43,17 @@ arguments and returns its result: a dict where the tool gives structured content
 it when it is JSON). A failed or refused call raises an Exception, which the program may catch. Only what the \
 program prints, and the value of its last expression, comes back to you: print just what you need. The sandbox is a \
 subset of Python: no files, network or environment; import only pure modules (json, math, re, datetime, \
-collections, itertools, statistics); no clock (ask a tool for the time); time and memory are limited.
+collections, itertools, functools, decimal); no clock (ask a tool for the time); time and memory are limited.
 Example: totals = [call_tool("shop.get_order", {"id": i})["total"] for i in [1, 2, 3]]; print(sum(totals))
 """
 
 
-def run_code_tool(tools: Sequence[ToolSpec], *, searching: bool) -> InternalTool:
-    """run_code, its description listing `tools` (the run's, but for run_code and find_tools), with its backend;
-    `searching`: the run has find_tools, whose finds a program may call too."""
+def run_code_tool(
+    tools: Sequence[ToolSpec], *, searching: bool, time_limit: float = sandbox.TIME_LIMIT
+) -> InternalTool:
+    """run_code, its description listing `tools` (the run's, but for run_code and find_tools), with its backend,
+    whose programs may run `time_limit` seconds each; `searching`: the run has find_tools, whose finds a program may
+    call too."""
     listed = [line_of(spec) for spec in tools if not (spec.internal and spec.name in (RUN_CODE, "find_tools"))]
     found = (
         "\nFind more tools with find_tools; a program may call any tool it finds, by its full name."
@@ -71,7 +75,7 @@ def run_code_tool(tools: Sequence[ToolSpec], *, searching: bool) -> InternalTool
         # It reads nothing and changes nothing itself; each call its program makes is checked as its own, so plan
         # mode may offer it (and its programs call read-only tools only).
         hints=ToolHints(title="Run code", read_only_hint=True, destructive_hint=False, open_world_hint=False),
-        run=_run,
+        run=functools.partial(_run, time_limit=time_limit),
     )
 
 
@@ -92,7 +96,7 @@ def _parameters(schema: Mapping[str, Any]) -> str:
     return said.replace(": object", ": dict").replace(": null", ": None")
 
 
-async def _run(arguments: Mapping[str, Any], context: RunContext = NO_RUN, /) -> ToolOutcome:
+async def _run(arguments: Mapping[str, Any], context: RunContext = NO_RUN, /, *, time_limit: float) -> ToolOutcome:
     code = arguments.get("code")
     if not isinstance(code, str) or not code.strip():
         return tool_call.error("run_code: code must be a Python program, as a string")
@@ -100,7 +104,7 @@ async def _run(arguments: Mapping[str, Any], context: RunContext = NO_RUN, /) ->
         return tool_call.error(f"run_code: code is {len(code):,} characters; at most {MAX_CODE_CHARS:,}")
     if context.call_tool is None:
         return tool_call.error("run_code: no run calls this program's tools; run it within agent or plan")
-    end = await sandbox.run_program(code, _ProgramCalls(context.call_tool))
+    end = await sandbox.run_program(code, _ProgramCalls(context.call_tool), time_limit=time_limit)
     if end.error is not None:
         printed = end.printed[-_PRINTED_WITH_ERROR:]
         return tool_call.error(f"{end.error}\nprinted before it:\n{printed}" if printed else end.error)

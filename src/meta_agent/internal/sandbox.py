@@ -18,9 +18,12 @@ pydantic-monty is imported on the first program, never at the server's start.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
 
 from meta_agent.shared.text import one_line
 
@@ -28,15 +31,20 @@ if TYPE_CHECKING:
     import pydantic_monty
 
 # The limits of one program. Time is what the program itself runs, not the time its tool calls take.
-TIME_LIMIT = 30.0  # seconds: a program that loops for good is stopped well before the run's own limits
+TIME_LIMIT = 30.0  # seconds, unless META_AGENT_CODE_TIME_LIMIT says otherwise: well before the run's own limits
 MEMORY_LIMIT = 100 * 1024 * 1024  # bytes of the program's heap: far above a program that totals some results
 RECURSION_LIMIT = 200  # calls deep: enough for any short program, far below what would crash the worker
 OUTPUT_LIMIT = 1_000_000  # characters printed: the run keeps a long output under a handle; more is a runaway loop
 # Pauses a program may make (its tool calls, and its other calls to the host): the pool's own bound, above the run's
 # limit of tool calls, so a program calling in a loop meets the run's limit first and is told so.
 SUSPENSIONS_LIMIT = 1_000
+T = TypeVar("T")
+_EXIT_SECONDS = 5.0  # the most leaving a pool may take (it kills its worker): a stuck exit must not hold the run
 _GRACE = 5.0  # seconds past the time limit after which the pool kills a worker that has not stopped itself
 _ERROR_CHARS = 2_000  # of an error's line
+MODULES = (
+    "its modules: json, math, re, datetime, collections, itertools, functools, random, decimal, bisect, base64, csv"
+)
 
 
 class CallRefused(Exception):
@@ -78,22 +86,24 @@ class _Printed:
         return "".join(self.chunks)
 
 
-async def run_program(code: str, call_tool: CallTool) -> ProgramEnd:
+async def run_program(code: str, call_tool: CallTool, *, time_limit: float = TIME_LIMIT) -> ProgramEnd:
     """Run `code` to its end in a fresh sandbox, each `call_tool(name, arguments)` of it answered by `call_tool`
-    (which raises CallRefused for an error the program gets, ProgramStopped to stop it)."""
+    (which raises CallRefused for an error the program gets, ProgramStopped to stop it), within `time_limit` seconds
+    of its own work."""
     import pydantic_monty as monty
 
     printed = _Printed()
     limits: pydantic_monty.ResourceLimits = {
-        "max_feed_duration_secs": TIME_LIMIT,
+        "max_feed_duration_secs": time_limit,
         "max_memory": MEMORY_LIMIT,
         "max_recursion_depth": RECURSION_LIMIT,
         "max_suspensions": SUSPENSIONS_LIMIT,
     }
     policy: pydantic_monty.OSPolicy = {"datetime": "call_host", "sleep": "zero", "random_start": {"seed": code}}
     try:
-        pool = monty.AsyncMonty(min_processes=1, max_processes=1, request_timeout=TIME_LIMIT + _GRACE)
-        async with pool, pool.checkout(script_name="program.py", limits=limits, os_policy=policy) as session:
+        # no worker kept warm: a pool left while its worker is killed would start another, and leave it behind
+        pool = monty.AsyncMonty(min_processes=0, max_processes=1, request_timeout=time_limit + _GRACE)
+        async with _left_whole(pool), _left_whole(pool.checkout(limits=limits, os_policy=policy)) as session:
             snapshot = await session.feed_start(code, print_callback=printed)
             while not isinstance(snapshot, monty.MontyComplete):
                 snapshot = await _answered(snapshot, call_tool)
@@ -101,7 +111,22 @@ async def run_program(code: str, call_tool: CallTool) -> ProgramEnd:
     except ProgramStopped as stop:
         return ProgramEnd(printed=printed.text, error=str(stop))
     except monty.MontyError as exc:
-        return ProgramEnd(printed=printed.text, error=_error_line(exc))
+        return ProgramEnd(printed=printed.text, error=_error_line(exc, time_limit))
+
+
+@asynccontextmanager
+async def _left_whole(context: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+    """`context`, whose exit is shielded from a cancellation of the run: leaving the pool is what kills its worker and
+    reaps it, and a cancelled exit would leave the process behind (spinning on, or a zombie)."""
+    entered = await context.__aenter__()
+    try:
+        yield entered
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_EXIT_SECONDS):
+            await context.__aexit__(type(exc), exc, exc.__traceback__)
+        raise
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_EXIT_SECONDS):
+        await context.__aexit__(None, None, None)
 
 
 async def _answered(snapshot: Any, call_tool: CallTool) -> Any:
@@ -112,6 +137,9 @@ async def _answered(snapshot: Any, call_tool: CallTool) -> Any:
         return await snapshot.resume()
     if not isinstance(snapshot, monty.AsyncFunctionSnapshot):  # awaiting several calls at once (asyncio.gather)
         raise ProgramStopped("run_code: the program awaited calls together; call tools one after another")
+    if snapshot.is_os_function and snapshot.function_name == "import" and snapshot.args:
+        missing = ModuleNotFoundError(f"no module named {snapshot.args[0]!r} in the sandbox; {MODULES}")
+        return await snapshot.resume({"exception": missing})
     if snapshot.is_os_function:
         what = "the clock" if str(snapshot.function_name).startswith(("datetime", "date", "time")) else "the system"
         refusal = f"{snapshot.function_name}: a program has no access to {what}; ask a tool"
@@ -128,25 +156,25 @@ async def _answered(snapshot: Any, call_tool: CallTool) -> Any:
     return await snapshot.resume({"return_value": value})
 
 
-def _error_line(exc: pydantic_monty.MontyError) -> str:
+def _error_line(exc: pydantic_monty.MontyError, time_limit: float) -> str:
     """The one line run_code's error says: where the program failed and why, a limit in its own words."""
     import pydantic_monty as monty
 
     if isinstance(exc, monty.MontyCrashedError):
-        why = f"ran longer than {TIME_LIMIT:g} s" if exc.timed_out else "stopped its sandbox"
+        why = f"ran longer than {time_limit:g} s" if exc.timed_out else "stopped its sandbox"
         return f"run_code: the program {why}"
     if isinstance(exc, (monty.MontyRuntimeError, monty.MontySyntaxError)):
         said = exc.display("type-msg")
         frames = exc.traceback()
         where = f"line {frames[-1].line}: " if frames else ""
-        return f"run_code: {where}{one_line(_limit_named(said), _ERROR_CHARS)}"
+        return f"run_code: {where}{one_line(_limit_named(said, time_limit), _ERROR_CHARS)}"
     return f"run_code: {one_line(str(exc), _ERROR_CHARS)}"
 
 
-def _limit_named(said: str) -> str:
+def _limit_named(said: str, time_limit: float) -> str:
     """A limit of Monty's, said as the limit of a program it is."""
     if said.startswith("TimeoutError: feed time limit"):
-        return f"the program ran longer than {TIME_LIMIT:g} s (the time limit of a program)"
+        return f"the program ran longer than {time_limit:g} s (META_AGENT_CODE_TIME_LIMIT)"
     if said.startswith("MemoryError: memory limit"):
         return f"the program used more than {MEMORY_LIMIT // 2**20} MB of memory (the limit of a program)"
     if said.startswith("RuntimeError: suspension limit"):

@@ -13,15 +13,19 @@ from meta_agent.toolbox.live import LiveToolbox
 
 
 def with_run_code(
-    toolbox: LiveToolbox, tools: tuple[ToolSpec, ...], search: SearchPlan | None, kind: CodePlanKind
+    toolbox: LiveToolbox,
+    tools: tuple[ToolSpec, ...],
+    search: SearchPlan | None,
+    kind: CodePlanKind,
+    time_limit: float,
 ) -> tuple[tuple[ToolSpec, ...], SearchPlan | None, CodePlan | None]:
     """The run's `tools` and `search` with run_code among them, and the run's plan of code mode (None: `kind` is
     off). Where the run searches, run_code's description lists the tools shown from the start, and find_tools the
-    rest; it is shown from the start itself."""
+    rest; it is shown from the start itself. A program may run `time_limit` seconds."""
     if kind == "off":
         return tools, search, None
     listed = [spec for spec in tools if search is None or spec.name in search.shown]
-    runner = run_code_tool(listed, searching=search is not None)
+    runner = run_code_tool(listed, searching=search is not None, time_limit=time_limit)
     spec = toolbox.internal_spec(runner)
     if search is not None:
         search = dataclasses.replace(search, shown=search.shown | {spec.name})
