@@ -61,7 +61,7 @@ async def thirty_calls(client: Client, llm: FakeLLM) -> None:
     result = await client.call_tool("agent", {"task": "zones", "code": True}, progress_callback=progress)
     assert not result.is_error, result.content
     assert tool_message(llm) == "30 True\nAsia/Tokyo"
-    assert [tool["function"]["name"] for tool in llm.requests[-2].body["tools"]] == ["run_code"]
+    assert [tool["function"]["name"] for tool in llm.requests[-2].body["tools"]] == ["run_code", "read_result"]
     structured = result.structured_content
     assert structured is not None and structured["usage"] == structured["usage"] | {"model_calls": 2, "tool_calls": 31}
     [step, _] = structured["steps"]

@@ -58,7 +58,7 @@ async def test_a_program_of_thirty_dependent_calls_answers_in_two_model_turns(ll
     llm.reply(openai_reply("The total is 435."))
     result, events = await coded(llm, tmp_path)
     assert result.answer == "The total is 435."
-    assert offered(llm.requests[0]) == ["run_code"]
+    assert offered(llm.requests[0]) == ["run_code", "read_result"]
     assert "f.echo(text: str) -> dict" in llm.requests[0].body["tools"][0]["function"]["description"]
     assert tool_result(llm.requests[1]) == "total 435\n870"
     assert len(llm.requests) == 2

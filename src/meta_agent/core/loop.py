@@ -59,6 +59,9 @@ SYSTEM_PROMPTS: dict[Mode, str] = {
     ),
     "ask": "You are meta-agent. Answer the user directly. You may call one of the tools you are given if it helps.",
 }
+# What the model sees in code mode alone: run_code, find_tools where the run searches, and read_result, which reads a
+# program's long output kept under a handle.
+CODE_MODE_TOOLS = frozenset({RUN_CODE, FIND_TOOLS, tool_call.READ_RESULT})
 ASK_RUNS_ONE = "not run: ask runs one tool call, the first one asked for"
 FINAL_TURN = (
     "Stop here: {why}. Do not call any tool. Give your best final answer from what you have gathered so far, and "
@@ -305,7 +308,7 @@ class _Run:
         """The tools of this model turn: every one, or with search on those shown so far."""
         shown = self.request.tools if self.search is None else self.search.shown()
         if self.request.code is not None and self.request.code.only:  # the program calls the rest
-            shown = tuple(spec for spec in shown if spec.internal and spec.name in (RUN_CODE, FIND_TOOLS))
+            shown = tuple(spec for spec in shown if spec.internal and spec.name in CODE_MODE_TOOLS)
         return tuple(
             ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema) for spec in shown
         )
