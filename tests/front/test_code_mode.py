@@ -5,6 +5,7 @@ the model made itself."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -12,10 +13,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import mcp.types as t
 import pytest
-from conftest import FAULT_SERVER, TIME_COMMAND, ProgressLog, ServerLog, fault_entry, http_serving, openai_env
+from conftest import (
+    FAULT_SERVER,
+    TIME_COMMAND,
+    ProgressLog,
+    ServerLog,
+    fault_entry,
+    http_serving,
+    openai_env,
+    processes_with,
+)
 from fake_llm import FakeLLM, openai_reply
 from host_doubles import User, accept, tool_message
 from mcp import Client, StdioServerParameters
@@ -148,3 +159,42 @@ async def test_thirty_calls_over_http(mode: str, http_server: tuple[str, ServerL
         Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
     ):
         await thirty_calls(client, llm)
+
+
+async def test_a_spinning_program_holds_neither_health_nor_other_runs_nor_sigterm(
+    llm: FakeLLM, config: Path, tmp_path: Path
+) -> None:
+    """Over real HTTP: while a program spins, /health answers within a second and another caller's run finishes; then
+    SIGTERM ends the server (exit 143, which `http_serving` checks) and the program's worker with it."""
+    environ = openai_env(llm, model="openai:fake-model", base=os.environ, META_AGENT_CODE_TIME_LIMIT="120")
+    llm.reply(program("while True:\n    pass"), match="[spin]")
+    llm.reply(openai_reply(None, ("c1", "f__echo", {"text": "still here"})), match="[other]")
+    llm.reply(openai_reply("echoed"), match="[other]")
+    workers_before = set(processes_with("bin/monty"))
+    spinning = ProgressLog()
+    async with anyio.create_task_group() as tg:
+        with http_serving(config, environ) as (url, _):
+
+            async def spin() -> None:
+                with contextlib.suppress(Exception):  # the server goes away under it
+                    async with Client(f"{url}/mcp") as client:
+                        await client.call_tool("agent", {"task": "[spin]", "code": True}, progress_callback=spinning)
+
+            tg.start_soon(spin)
+            await spinning.until("call run_code", timeout=60)
+            async with httpx2.AsyncClient(timeout=1) as http:  # a second is all /health may take
+                for _ in range(5):
+                    assert (await http.get(f"{url}/health")).status_code == 200
+            async with Client(f"{url}/mcp") as other:
+                result = await other.call_tool("agent", {"task": "[other]"})
+            assert result.content[0].text == "echoed"  # type: ignore[union-attr]
+            workers = set(processes_with("bin/monty")) - workers_before
+            assert workers, "the program runs in a worker process of its own"
+        # SIGTERM, the program still spinning: the server exits 143 (http_serving checks), its caller's call fails
+    await until_gone(workers)
+
+
+async def until_gone(pids: set[int]) -> None:
+    with anyio.fail_after(30):
+        while pids & set(processes_with("bin/monty")):
+            await anyio.sleep(0.05)

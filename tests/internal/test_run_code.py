@@ -4,15 +4,21 @@ run: checked, approved, reported and recorded as a direct one."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-from conftest import fault_entry, openai_env
+from conftest import fault_entry, named_tool, openai_env
 from fake_llm import FakeLLM, openai_reply
 
 from meta_agent.config.settings import Settings
 from meta_agent.core import events as ev
+from meta_agent.core.code_mode import CodeSetting, code_on
+from meta_agent.core.inner_calls import InnerCalls
+from meta_agent.core.messages import ToolCall
+from meta_agent.core.result import Mode
 from meta_agent.engine import Engine
 
 pytestmark = pytest.mark.anyio
@@ -69,3 +75,74 @@ async def test_a_program_of_thirty_dependent_calls_answers_in_two_model_turns(ll
     started = [event for event in events if isinstance(event, ev.ToolCallStarted)]
     assert [event.name for event in started] == ["run_code"] + ["f.echo"] * 30
     assert started[1].call_id == "c1.1" and started[1].arguments == {"text": "0"}
+
+
+async def test_cancelling_the_run_cancels_the_call_a_program_waits_for(llm: FakeLLM, tmp_path: Path) -> None:
+    cancel_file = tmp_path / "cancelled"
+    code = f"try:\n    call_tool('f.hang', {{'cancel_file': {str(cancel_file)!r}}})\nexcept BaseException:\n    pass\n1"
+    llm.reply(program(code))
+    waiting = anyio.Event()
+
+    async def note(event: ev.Event) -> None:
+        if isinstance(event, ev.ChildProgress) and event.message == "hanging":
+            waiting.set()
+
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path, code_mode="on")
+    async with Engine(settings, {"f": fault_entry()}, openai_env(llm)) as engine:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(engine.run, "hang", mode="agent", emit=note))
+                await waiting.wait()  # the program is in its call, which the child reports as hanging
+                tg.cancel_scope.cancel()
+            while not cancel_file.exists():  # the child's call was cancelled: it wrote the time of its cancel
+                await anyio.sleep(0.02)
+    assert len(llm.requests) == 1  # the program never went on to another model turn
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize(
+    ("setting", "asked", "mode", "selected", "kind"),
+    [
+        ("off", None, "agent", 5, "off"),
+        ("off", True, "plan", 5, "only"),
+        ("on", None, "agent", 5, "only"),
+        ("on", False, "agent", 5, "off"),
+        ("auto", None, "agent", 30, "beside"),
+        ("auto", None, "agent", 31, "only"),
+        ("on", True, "ask", 5, "off"),
+    ],
+)
+def test_how_a_run_offers_code_mode(
+    setting: CodeSetting, asked: bool | None, mode: Mode, selected: int, kind: str
+) -> None:
+    assert code_on(setting, asked, mode, selected) == kind
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize(
+    ("arguments", "refusal"),
+    [
+        (["text"], "the arguments are a list, no JSON object"),
+        ({"text": {1, 2}}, "a set is not JSON"),
+        ({"text": float("nan")}, "Out of range float values are not JSON compliant"),
+        ({1: "x"}, "a key is not a string"),
+        (functools.reduce(lambda inner, _: {"a": inner}, range(70), {}), "nested more than 64 levels deep"),
+    ],
+)
+def test_arguments_of_a_call_from_code_must_be_a_json_object(arguments: Any, refusal: str) -> None:
+    calls = InnerCalls([named_tool("f.echo")], "agent")
+    _, refused = calls.call_of(ToolCall(id="c1", name="run_code", arguments={}), "f.echo", arguments)
+    assert refused is not None and refused.is_error and refusal in refused.parts[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.quick
+def test_a_call_from_code_is_named_as_the_model_would_have_called_it() -> None:
+    calls = InnerCalls([named_tool("f.echo"), named_tool("run_code")], "plan")
+    program_call = ToolCall(id="c1", name="run_code", arguments={})
+    call, refused = calls.call_of(program_call, "f.echo", {"text": "x"})
+    assert refused is None and (call.id, call.name, call.arguments) == ("c1.1", "f__echo", {"text": "x"})
+    _, refused = calls.call_of(program_call, "run_code", {"code": "1"})
+    assert refused is not None
+    assert refused.parts[0].text == (  # type: ignore[union-attr]
+        "call_tool: 'run_code' is not a tool of this run; plan mode offers read-only tools only; its tools are: f.echo"
+    )

@@ -9,7 +9,6 @@ itself, and arguments that are no JSON object are refused here, before anything 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -95,5 +94,4 @@ def _argument_problem(arguments: Any) -> str | None:
 
 
 def _refuse(value: Any) -> Any:
-    kind = "NaN or infinity" if isinstance(value, float) and not math.isfinite(value) else type(value).__name__
-    raise TypeError(f"a {kind} is not JSON")
+    raise TypeError(f"a {type(value).__name__} is not JSON")
