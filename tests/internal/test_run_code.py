@@ -5,14 +5,16 @@ run: checked, approved, reported and recorded as a direct one."""
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from conftest import fault_entry, named_tool, openai_env
+from conftest import TESTS, fault_entry, named_tool, openai_env
 from fake_llm import FakeLLM, openai_reply
 
+from meta_agent.config.servers import ServerEntry
 from meta_agent.config.settings import Settings
 from meta_agent.core import events as ev
 from meta_agent.core.code_mode import CodeSetting, code_on
@@ -22,6 +24,7 @@ from meta_agent.core.result import Mode
 from meta_agent.engine import Engine
 
 pytestmark = pytest.mark.anyio
+MANY = TESTS / "fixtures" / "many_tools.py"
 
 
 def program(code: str, call_id: str = "c1") -> dict[str, Any]:
@@ -146,3 +149,21 @@ def test_a_call_from_code_is_named_as_the_model_would_have_called_it() -> None:
     assert refused.parts[0].text == (  # type: ignore[union-attr]
         "call_tool: 'run_code' is not a tool of this run; plan mode offers read-only tools only; its tools are: f.echo"
     )
+
+
+async def test_auto_on_a_big_toolbox_offers_run_code_and_find_tools_and_a_program_calls_what_was_found(
+    llm: FakeLLM, tmp_path: Path
+) -> None:
+    """60 tools: `auto` gives the model run_code beside find_tools (and read_result) only; run_code's description lists
+    the tools shown from the start, and a program calls a tool it was never shown, by its full name."""
+    many = ServerEntry(command=sys.executable, args=(str(MANY), "--count", "60"), trust={"*": "always"})
+    llm.reply(program("call_tool('m.restore_shipment', {'shipment_id': 's1'})"))
+    llm.reply(openai_reply("created"))
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path, code_mode="auto")
+    async with Engine(settings, {"m": many}, openai_env(llm)) as engine:
+        result = await engine.run("restore the shipment", mode="agent")
+    assert offered(llm.requests[0]) == ["find_tools", "run_code", "read_result"]
+    description = llm.requests[0].body["tools"][1]["function"]["description"]
+    assert "Find more tools with find_tools" in description and "m.restore_shipment" not in description
+    assert [call.name for call in result.steps[0].tool_calls] == ["run_code", "m.restore_shipment"], result.steps
+    assert result.steps[0].tool_calls[1].ok
