@@ -12,6 +12,7 @@ import anyio
 import pytest
 from conftest import ProgressLog, http_serving
 from fake_llm import FakeLLM, openai_reply
+from host_doubles import User, accept
 from mcp import Client
 from postgres_cluster import Cluster
 from replicas import done_run, fault_config, replica, replica_environ
@@ -30,19 +31,23 @@ def program(changes: Path) -> str:
     )
 
 
+@pytest.mark.parametrize("trust", ["always", "ask"], ids=["trusted", "asked"])
 async def test_a_replica_killed_mid_program_is_finished_by_another_and_no_completed_call_is_made_again(
-    database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
+    trust: str, database_url: str, pg_cluster: Cluster, llm: FakeLLM, tmp_path: Path
 ) -> None:
+    """`asked`: each change is approved by the user first; the replica resuming the run, which has nobody to ask,
+    gets each recorded approval back and asks nobody."""
     changes = tmp_path / "changes.txt"
-    config = fault_config(tmp_path, {"append": "always"})
+    config = fault_config(tmp_path, {"append": trust})
     environ = {**replica_environ(llm, database_url, tmp_path), "META_AGENT_LEASE_SECONDS": "1"}
     llm.reply(openai_reply(None, ("c1", "run_code", {"code": program(changes)})))
     llm.reply(openai_reply("Three changes made."))
     progress = ProgressLog()
+    user = User(*[accept("allow_once")] * 3)
 
     async def call_and_lose_it(url: str) -> None:
         with contextlib.suppress(Exception):  # the connection dies with the replica
-            async with Client(url) as client:
+            async with Client(url, elicitation_callback=user) as client:
                 await client.call_tool("agent", {"task": "Change it thrice.", "code": True}, progress_callback=progress)
 
     with replica(config, environ) as (doomed, doomed_url, _), http_serving(config, environ) as (other, _):
@@ -67,5 +72,6 @@ async def test_a_replica_killed_mid_program_is_finished_by_another_and_no_comple
         ]
         assert changes.read_text().splitlines() == lines  # each made once, by the replica that was killed
         assert len(llm.requests) == 2  # the program's turn was not asked again
+        assert len(user.asked) == (3 if trust == "ask" else 0)
         told = llm.requests[-1].body["messages"][-1]["content"]
         assert told == f"made 3 changes; the last said: appended to {changes}\n"

@@ -10,6 +10,7 @@ go back through the tool step as calls of their own (core/inner_calls.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,6 +25,9 @@ CodePlanKind = Literal["off", "only", "beside"]  # no run_code; run_code alone; 
 # `auto` gives the model run_code alone above this many selected tools, as tool search starts (the same measure: a
 # big toolbox's schemas cost more than a program's few lines); at or below it, run_code beside the tools.
 AUTO_THRESHOLD = 30
+# True while a program runs, in its task (and the tasks it starts) only: what a wrapper of the runner or the approver
+# (a durable run's steps) needs to tell a program's calls from the model's own calls of the same turn.
+_IN_PROGRAM: ContextVar[bool] = ContextVar("in_program", default=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,5 +66,14 @@ class CodeRunner:
         context: RunContext,
     ) -> ToolOutcome:
         if spec.internal and spec.name == RUN_CODE and self.runner.run is not None:
-            return await self.runner.run(arguments, context)
+            marked = _IN_PROGRAM.set(True)
+            try:
+                return await self.runner.run(arguments, context)
+            finally:
+                _IN_PROGRAM.reset(marked)
         return await self.inner.call(spec, arguments, on_progress, context=context)
+
+
+def in_program() -> bool:
+    """Whether the calling task is running a program of run_code (the call being made is one of its calls)."""
+    return _IN_PROGRAM.get()
