@@ -37,7 +37,8 @@ from meta_agent.core.tools import ToolOutcome
 # conversation has none: its steps begin at the first model turn), each model turn, the approval and the tool call of
 # each call, and the turn saved in its conversation. Each call draws two numbers, its approval's and its own, in the
 # model's order, as soon as the answer is known (a call that needs no approval leaves the first unused); `{model}` is
-# the provider's name, `{tool}` the tool's full name.
+# the provider's name, `{tool}` the tool's full name. A program of code mode (run_code) is no step; each call it makes,
+# and its approval, is one, named as above and numbered on after the turn's drawn numbers.
 RECORD = (
     (1, "history"),
     (2, "model {model}"),
