@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from meta_agent.core.limits import DEFAULT_MAX_STEPS, DEFAULT_TOKEN_BUDGET
+from meta_agent.core.limits import DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_CALLS, DEFAULT_TOKEN_BUDGET
 from meta_agent.errors import ConfigError
 from meta_agent.shared.addresses import Network, parse_networks
 from meta_agent.shared.validation import did_you_mean, problem
@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     )
     max_steps_ceiling: int = Field(
         default=50, ge=1, description="The most steps a call may ask for (`max_steps` of `plan` and `agent`)."
+    )
+    max_tool_calls: int = Field(
+        default=DEFAULT_MAX_TOOL_CALLS,
+        ge=1,
+        description="The tool calls a run may make in all, those of its programs in code mode included; a call past it"
+        " is refused, and a program that makes it is stopped.",
     )
     token_budget: int = Field(
         default=DEFAULT_TOKEN_BUDGET,

@@ -329,6 +329,7 @@ class Runs:
             max_steps=1 if mode == "ask" else (max_steps or default),
             token_budget=token_budget or self.settings.token_budget,
             time_limit=self.settings.time_limit,
+            max_tool_calls=self.settings.max_tool_calls,
         )
 
     def in_progress(self) -> list[str]:

@@ -39,7 +39,8 @@ OUTPUT_LIMIT = 1_000_000  # characters printed: the run keeps a long output unde
 # limit of tool calls, so a program calling in a loop meets the run's limit first and is told so.
 SUSPENSIONS_LIMIT = 1_000
 T = TypeVar("T")
-_EXIT_SECONDS = 5.0  # the most leaving a pool may take (it kills its worker): a stuck exit must not hold the run
+_EXIT_SECONDS = 30.0  # the most leaving a pool may take (it kills its worker): a stuck exit must not hold the run
+_CHECKOUT_SECONDS = 30.0  # the most starting a program's worker may take, on a machine however busy
 _GRACE = 5.0  # seconds past the time limit after which the pool kills a worker that has not stopped itself
 _ERROR_CHARS = 2_000  # of an error's line
 MODULES = (
@@ -102,7 +103,9 @@ async def run_program(code: str, call_tool: CallTool, *, time_limit: float = TIM
     policy: pydantic_monty.OSPolicy = {"datetime": "call_host", "sleep": "zero", "random_start": {"seed": code}}
     try:
         # no worker kept warm: a pool left while its worker is killed would start another, and leave it behind
-        pool = monty.AsyncMonty(min_processes=0, max_processes=1, request_timeout=time_limit + _GRACE)
+        pool = monty.AsyncMonty(
+            min_processes=0, max_processes=1, request_timeout=time_limit + _GRACE, checkout_timeout=_CHECKOUT_SECONDS
+        )
         async with _left_whole(pool), _left_whole(pool.checkout(limits=limits, os_policy=policy)) as session:
             snapshot = await session.feed_start(code, print_callback=printed)
             while not isinstance(snapshot, monty.MontyComplete):
@@ -116,9 +119,11 @@ async def run_program(code: str, call_tool: CallTool, *, time_limit: float = TIM
 
 @asynccontextmanager
 async def _left_whole(context: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
-    """`context`, whose exit is shielded from a cancellation of the run: leaving the pool is what kills its worker and
-    reaps it, and a cancelled exit would leave the process behind (spinning on, or a zombie)."""
-    entered = await context.__aenter__()
+    """`context`, entered and left shielded from a cancellation of the run: leaving the pool is what kills its worker
+    and reaps it, and an entry or exit cut short would leave the process behind (spinning on, or a zombie). The
+    cancellation then lands at the program's first pause or feed, inside."""
+    with anyio.CancelScope(shield=True):  # bounded by the pool's checkout timeout
+        entered = await context.__aenter__()
     try:
         yield entered
     except BaseException as exc:
