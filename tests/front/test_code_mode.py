@@ -31,6 +31,7 @@ from fake_llm import FakeLLM, openai_reply
 from host_doubles import User, accept, tool_message
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from test_tasks import APPROVAL, connected, start, status
 
 from meta_agent.config.settings import Settings
 from meta_agent.front.server import build_server
@@ -198,3 +199,20 @@ async def until_gone(pids: set[int]) -> None:
     with anyio.fail_after(30):
         while pids & set(processes_with("bin/monty")):
             await anyio.sleep(0.05)
+
+
+async def test_a_task_asks_about_a_call_from_code_through_input_required(llm: FakeLLM) -> None:
+    """A 2026-07-28 task (the tasks extension): the program's call waits while the task is `input_required`, and the
+    answer given through tasks/update lets it run."""
+    llm.reply(program(DELETE.replace("/srv/x", "/tmp/a")))
+    llm.reply(openai_reply("finished"))
+    async with connected(llm, "2026-07-28", code_mode="on") as raw:
+        task_id = await start(raw, "delete /tmp/a")
+        asking = await status(raw, task_id, "input_required")
+        [(key, request)] = asking["inputRequests"].items()
+        assert request["params"]["message"] == APPROVAL
+        answer = {key: {"action": "accept", "content": {"decision": "allow_once"}}}
+        await raw("tasks/update", {"taskId": task_id, "inputResponses": answer})
+        done = await status(raw, task_id, "completed")
+    assert done["result"]["content"] == [{"type": "text", "text": "finished"}]
+    assert tool_message(llm) == "deleted /tmp/a\n"
