@@ -4,6 +4,7 @@ run: checked, approved, reported and recorded as a direct one."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from meta_agent.core.inner_calls import InnerCalls
 from meta_agent.core.messages import ToolCall
 from meta_agent.core.result import Mode
 from meta_agent.engine import Engine
+from meta_agent.internal.run_code import line_of
 
 pytestmark = pytest.mark.anyio
 MANY = TESTS / "fixtures" / "many_tools.py"
@@ -68,7 +70,10 @@ async def test_a_program_of_thirty_dependent_calls_answers_in_two_model_turns(ll
     result, events = await coded(llm, tmp_path)
     assert result.answer == "The total is 435."
     assert offered(llm.requests[0]) == ["run_code", "read_result"]
-    assert "f.echo(text: str) -> dict" in llm.requests[0].body["tools"][0]["function"]["description"]
+    assert (
+        "- f.echo(text: str) -> {result: str}: Return the text unchanged."
+        in llm.requests[0].body["tools"][0]["function"]["description"]
+    )
     assert tool_result(llm.requests[1]) == "total 435\n870"
     assert len(llm.requests) == 2
     [step, _] = result.steps
@@ -167,3 +172,27 @@ async def test_auto_on_a_big_toolbox_offers_run_code_and_find_tools_and_a_progra
     assert "Find more tools with find_tools" in description and "m.restore_shipment" not in description
     assert [call.name for call in result.steps[0].tool_calls] == ["run_code", "m.restore_shipment"], result.steps
     assert result.steps[0].tool_calls[1].ok
+
+
+@pytest.mark.quick
+def test_run_codes_description_gives_each_tool_a_python_signature() -> None:
+    spec = dataclasses.replace(
+        named_tool("shop.get_order", "Look up an order."),
+        input_schema={
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "lines": {"type": "integer"}, "state": {"enum": ["a", "b"]}},
+            "required": ["id"],
+        },
+        output_schema={
+            "type": "object",
+            "properties": {
+                "next": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "lines": {"type": "array", "items": {"$ref": "#/$defs/Line"}},
+            },
+        },
+    )
+    plain = dataclasses.replace(spec, name="shop.note", output_schema=None, input_schema={"type": "object"})
+    assert line_of(spec) == (
+        "- shop.get_order(id: str, lines?: int, state?: 'a'|'b') -> {next: str|None, lines: dict[]}: Look up an order."
+    )
+    assert line_of(plain) == "- shop.note() -> str: Look up an order."

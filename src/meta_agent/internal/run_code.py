@@ -28,13 +28,20 @@ from meta_agent.core.tools import (
     ToolSpec,
 )
 from meta_agent.internal import sandbox
-from meta_agent.internal.find_tools import parameters_of
 from meta_agent.shared.text import one_line
 
 _DESCRIPTION_CHARS = 160  # of a tool's description in its line
 MAX_CODE_CHARS = 50_000  # of a program: a short one is the point, and the model pays for every character it writes
 _PRINTED_WITH_ERROR = 4_000  # of what a failed program printed, the last characters its error shows
-_PYTHON_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list"}
+_PYTHON_TYPES = {
+    "string": "str",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+    "array": "list",
+    "object": "dict",
+    "null": "None",
+}
 
 DESCRIPTION = """\
 Run a short Python program that calls tools and works with their results, instead of calling them one by one. \
@@ -80,20 +87,44 @@ def run_code_tool(
 
 
 def line_of(spec: ToolSpec) -> str:
-    """`f.append(path: str, text: str, seconds?: float) -> str: Append text to a file.`"""
-    returns = "dict" if spec.output_schema else "str"
+    """`f.append(path: str, text: str) -> str: Append text to a file.`; a tool that declares its structured output
+    returns a dict, whose keys the line names: `-> {timezone: str, datetime: str}`."""
+    returns = "str"
+    if spec.output_schema is not None:
+        keys = _parameters(spec.output_schema).replace("?: ", ": ")  # what a result holds, given or not
+        returns = f"{{{keys}}}" if keys else "dict"
     description = one_line(spec.description, _DESCRIPTION_CHARS, at_a_word=True) or "(no description)"
     return f"- {spec.name}({_parameters(spec.input_schema)}) -> {returns}: {description}"
 
 
 def _parameters(schema: Mapping[str, Any]) -> str:
-    """The schema's parameters with Python's type names: `path: str, limit?: int` (`?`: optional)."""
-    said = parameters_of(schema)
-    if said == "none":
+    """The schema's top-level properties with Python's type names: `path: str, limit?: int` (`?`: optional)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
         return ""
-    for json_type, python_type in _PYTHON_TYPES.items():
-        said = said.replace(f": {json_type}", f": {python_type}").replace(f"{json_type}[]", f"{python_type}[]")
-    return said.replace(": object", ": dict").replace(": null", ": None")
+    required = schema.get("required")
+    needed = set(required) if isinstance(required, list) else set()
+    return ", ".join(f"{name}{'' if name in needed else '?'}: {_python_type(p)}" for name, p in properties.items())
+
+
+def _python_type(prop: Any, depth: int = 0) -> str:
+    """A property's type as Python names it: `str`, `int|None`, `dict[]`, `'a'|'b'`; `any` where the schema says
+    nothing a line can."""
+    if not isinstance(prop, Mapping) or depth > 3:
+        return "any"
+    if "enum" in prop and isinstance(prop["enum"], list):
+        return "|".join(repr(value) for value in prop["enum"][:6]) + ("|…" if len(prop["enum"]) > 6 else "")
+    alternatives = prop.get("anyOf") or prop.get("oneOf")
+    if isinstance(alternatives, list) and alternatives:
+        return "|".join(_python_type(alternative, depth + 1) for alternative in alternatives)
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        return "|".join(_PYTHON_TYPES.get(str(k), str(k)) for k in kind)
+    if kind == "array":
+        return f"{_python_type(prop.get('items'), depth + 1)}[]" if "items" in prop else "list"
+    if kind == "object" or "$ref" in prop:
+        return "dict"
+    return _PYTHON_TYPES.get(str(kind), "any") if kind else "any"
 
 
 async def _run(arguments: Mapping[str, Any], context: RunContext = NO_RUN, /, *, time_limit: float) -> ToolOutcome:
