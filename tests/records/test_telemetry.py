@@ -332,7 +332,7 @@ async def test_a_long_secret_at_the_cut_is_redacted_whole(before: int) -> None:
     assert not [text for text in texts if any(piece in text for piece in pieces)]
 
 
-async def test_each_call_of_a_program_is_an_execute_tool_span_of_the_run(tmp_path: Path, llm: FakeLLM) -> None:
+async def test_each_call_of_a_program_is_an_execute_tool_span_under_the_programs(tmp_path: Path, llm: FakeLLM) -> None:
     EXPORTER.clear()
     code = "[call_tool('f.echo', {'text': word})['result'] for word in ('a', 'b')]"
     llm.reply(openai_reply(None, ("c1", "run_code", {"code": code})))
@@ -345,4 +345,6 @@ async def test_each_call_of_a_program_is_an_execute_tool_span_of_the_run(tmp_pat
     [program] = spans["execute_tool run_code"]
     echoes = spans["execute_tool f.echo"]
     assert [(span.attributes or {})["gen_ai.tool.call.id"] for span in echoes] == ["c1.1", "c1.2"]
-    assert all(span.parent is not None and span.parent.span_id == run.context.span_id for span in [program, *echoes])
+    assert program.parent is not None and program.parent.span_id == run.context.span_id
+    assert all(span.parent is not None and span.parent.span_id == program.context.span_id for span in echoes)
+    assert {span.context.trace_id for span in (program, *echoes)} == {run.context.trace_id}

@@ -212,15 +212,20 @@ class ToolStepRunner:
             slots.append(last[queue])
         return slots
 
-    async def _carry_out(self, step: int, call: ToolCall, slot: _ServerQueueSlot) -> tuple[ToolOutcome, int]:
-        """The call's whole outcome, and the milliseconds it took once its slot came."""
+    async def _carry_out(
+        self, step: int, call: ToolCall, slot: _ServerQueueSlot, within: str | None = None
+    ) -> tuple[ToolOutcome, int]:
+        """The call's whole outcome, and the milliseconds it took once its slot came; `within`: the call id of the
+        program that makes it."""
         name, spec = self.name_of(call.name), self.by_alias.get(call.name)
         async with slot:  # a call that may change things waits for the ones the model asked for before it
             started = clock()
             try:
                 server = spec.server if spec is not None else None
                 await self.emit(
-                    ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments, server=server)
+                    ev.ToolCallStarted(
+                        step=step, call_id=call.id, name=name, arguments=call.arguments, server=server, within=within
+                    )
                 )
                 full = await self._outcome(step, call)
             except Exception as exc:  # a bug of ours must cost one call, not the run; the model is told, we log it
@@ -342,7 +347,7 @@ class ToolStepRunner:
         call, refusal = self.inner.call_of(program, name, arguments)
         if refusal is not None:
             return refusal
-        full, duration_ms = await self._carry_out(step, call, _ServerQueueSlot(None))
+        full, duration_ms = await self._carry_out(step, call, _ServerQueueSlot(None), within=program.id)
         record = self.inner.record(program, call, self.name_of(call.name), full, duration_ms)
         await self.emit(
             ev.ToolCallFinished(
