@@ -196,3 +196,23 @@ def test_run_codes_description_gives_each_tool_a_python_signature() -> None:
         "- shop.get_order(id: str, lines?: int, state?: 'a'|'b') -> {next: str|None, lines: dict[]}: Look up an order."
     )
     assert line_of(plain) == "- shop.note() -> str: Look up an order."
+
+
+@pytest.mark.parametrize("program_first", [True, False], ids=["program-first", "direct-first"])
+async def test_a_program_and_the_models_own_changes_run_in_the_order_the_model_gave(
+    program_first: bool, llm: FakeLLM, tmp_path: Path
+) -> None:
+    """Calls that may change things run one at a time per server, in the model's order; a program may change things
+    on any server, so it waits for the model's changes before it, and those after it wait for it."""
+    changes = tmp_path / "changes.txt"
+    code = f"for i in range(3):\n    call_tool('f.append', {{'path': {str(changes)!r}, 'text': f'program {{i}}'}})"
+    run_code = ("c1", "run_code", {"code": code})
+    direct = ("c2", "f__append", {"path": str(changes), "text": "direct"})
+    llm.reply(openai_reply(None, *((run_code, direct) if program_first else (direct, run_code))))
+    llm.reply(openai_reply("done"))
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path, code_mode="auto")
+    async with Engine(settings, {"f": fault_entry(trust={"append": "always"})}, openai_env(llm)) as engine:
+        await engine.run("change it", mode="agent")
+    program_lines = ["program 0", "program 1", "program 2"]
+    expected = [*program_lines, "direct"] if program_first else ["direct", *program_lines]
+    assert changes.read_text().splitlines() == expected

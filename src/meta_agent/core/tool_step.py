@@ -45,18 +45,16 @@ class ToolRunner(Protocol):
 
 
 class _ServerQueueSlot:
-    """One call's place in its server's queue: entering waits until the call before it has finished."""
+    """One call's place in its server's queue: entering waits until the calls before it have finished (a program's
+    calls before it on every server)."""
 
-    def __init__(self, before: anyio.Event | None) -> None:
-        self._before = before
-        self.done = anyio.Event()
-
-    def next(self) -> _ServerQueueSlot:
-        return _ServerQueueSlot(self.done)
+    def __init__(self, *before: _ServerQueueSlot | None) -> None:
+        self.done: anyio.Event = anyio.Event()
+        self._before = tuple(slot.done for slot in before if slot is not None)
 
     async def __aenter__(self) -> None:
-        if self._before is not None:
-            await self._before.wait()
+        for before in self._before:
+            await before.wait()
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.done.set()
@@ -195,21 +193,24 @@ class ToolStepRunner:
 
     def _queue_slots(self, step_calls: tuple[ToolCall, ...]) -> list[_ServerQueueSlot]:
         """Each call's slot: calls that may change things wait, per server, for the earlier such calls of the step,
-        so they run (and are asked about) in the order the model gave; read-only and internal calls never wait."""
+        so they run (and are asked about) in the order the model gave; read-only and internal calls never wait. A
+        program (run_code) may change things on any server: it waits for every such call before it, and every such
+        call after it waits for it (so programs also run one after another, their calls in an order a durable run's
+        replay keeps)."""
         last: dict[str, _ServerQueueSlot] = {}
+        program: _ServerQueueSlot | None = None  # the step's latest program so far
         slots: list[_ServerQueueSlot] = []
         for call in step_calls:
             spec = self.by_alias.get(call.name)
-            # programs run one after another too: their calls are then made in an order a durable run's replay keeps
-            queue = RUN_CODE if spec is not None and spec.internal and spec.name == RUN_CODE else None
-            if spec is not None and not spec.hints.read_only and spec.server is not None:
-                queue = spec.server
-            if queue is None:
-                slots.append(_ServerQueueSlot(None))
-                continue
-            previous = last.get(queue)
-            last[queue] = previous.next() if previous else _ServerQueueSlot(None)
-            slots.append(last[queue])
+            if spec is not None and spec.internal and spec.name == RUN_CODE:
+                program = _ServerQueueSlot(program, *last.values())
+                last.clear()
+                slots.append(program)
+            elif spec is not None and not spec.hints.read_only and spec.server is not None:
+                last[spec.server] = _ServerQueueSlot(last.get(spec.server) or program)
+                slots.append(last[spec.server])
+            else:
+                slots.append(_ServerQueueSlot())
         return slots
 
     async def _carry_out(
@@ -347,7 +348,7 @@ class ToolStepRunner:
         call, refusal = self.inner.call_of(program, name, arguments)
         if refusal is not None:
             return refusal
-        full, duration_ms = await self._carry_out(step, call, _ServerQueueSlot(None), within=program.id)
+        full, duration_ms = await self._carry_out(step, call, _ServerQueueSlot(), within=program.id)
         record = self.inner.record(program, call, self.name_of(call.name), full, duration_ms)
         await self.emit(
             ev.ToolCallFinished(
