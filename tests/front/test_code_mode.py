@@ -216,3 +216,22 @@ async def test_a_task_asks_about_a_call_from_code_through_input_required(llm: Fa
         done = await status(raw, task_id, "completed")
     assert done["result"]["content"] == [{"type": "text", "text": "finished"}]
     assert tool_message(llm) == "deleted /tmp/a\n"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_call_from_code_is_asked_about_over_http(
+    mode: str, http_server: tuple[str, ServerLog], llm: FakeLLM
+) -> None:
+    """Over real HTTP in both eras, the mutating fixture's destructive tool from inside a program: asked, then run."""
+    url, _ = http_server
+    user = User(accept("allow_once"))
+    llm.reply(program(DELETE))
+    llm.reply(openai_reply("handled"))
+    async with (
+        httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode, elicitation_callback=user) as client,
+    ):
+        result = await client.call_tool("agent", {"task": "delete /srv/x", "code": True})
+    assert not result.is_error, result.content
+    assert user.asked == ['meta-agent wants to run f.delete_file (destructive) with {"path": "/srv/x"}. Allow it?']
+    assert tool_message(llm) == "deleted /srv/x\n"
