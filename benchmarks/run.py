@@ -22,6 +22,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import code_mode
 import cold_start
 import concurrency
 import handles
@@ -104,6 +105,7 @@ async def benchmarks(rounds: dict[str, int], only: set[str] | None = None) -> di
         ("tool_search", tool_search.measure),
         ("handles", handles.measure),
         ("replicas", lambda: replicas.measure(rounds["replicas"])),
+        ("code_mode", code_mode.measure),
     ):
         if only is not None and name not in only:
             continue
@@ -486,6 +488,8 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
         lines += handles.section(results["handles"])
     if "replicas" in results:  # nor of replicas
         lines += replicas.section(results["replicas"])
+    if "code_mode" in results:  # nor of code mode
+        lines += code_mode.section(results["code_mode"])
 
     cancel = faults["cancel_to_child_ms"]
     lines += [

@@ -77,6 +77,7 @@ async def test_the_tools_and_their_annotations(client: Client) -> None:
         "token_budget",
         "plan",
         "conversation_id",
+        "code",
     }
     assert agent.input_schema["required"] == ["task"]
     assert agent.input_schema["properties"]["task"] == {

@@ -330,3 +330,21 @@ async def test_a_long_secret_at_the_cut_is_redacted_whole(before: int) -> None:
     texts += [span.status.description or "" for span in finished]
     pieces = {secret[start : start + 40] for start in range(0, len(secret) - 40, 20)}
     assert not [text for text in texts if any(piece in text for piece in pieces)]
+
+
+async def test_each_call_of_a_program_is_an_execute_tool_span_under_the_programs(tmp_path: Path, llm: FakeLLM) -> None:
+    EXPORTER.clear()
+    code = "[call_tool('f.echo', {'text': word})['result'] for word in ('a', 'b')]"
+    llm.reply(openai_reply(None, ("c1", "run_code", {"code": code})))
+    llm.reply(openai_reply("a b"))
+    settings = Settings(model="openai:fake-model", trace_dir=tmp_path, code_mode="on")
+    async with Engine(settings, {"f": fault_entry()}, openai_env(llm)) as engine:
+        await engine.run("echo a and b", mode="agent")
+    spans = by_name(EXPORTER.get_finished_spans())
+    [run] = spans["invoke_agent meta-agent"]
+    [program] = spans["execute_tool run_code"]
+    echoes = spans["execute_tool f.echo"]
+    assert [(span.attributes or {})["gen_ai.tool.call.id"] for span in echoes] == ["c1.1", "c1.2"]
+    assert program.parent is not None and program.parent.span_id == run.context.span_id
+    assert all(span.parent is not None and span.parent.span_id == program.context.span_id for span in echoes)
+    assert {span.context.trace_id for span in (program, *echoes)} == {run.context.trace_id}

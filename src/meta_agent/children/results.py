@@ -28,7 +28,9 @@ def outcome_of(result: t.CallToolResult) -> ToolOutcome:
     structured = result.structured_content
     if structured is not None and not says_the_same(result.content, structured):
         parts.append(TextPart(text=f"structured content: {json.dumps(structured)}"))
-    return ToolOutcome(parts=tuple(parts) or (TextPart(text="(no output)"),), is_error=bool(result.is_error))
+    return ToolOutcome(
+        parts=tuple(parts) or (TextPart(text="(no output)"),), is_error=bool(result.is_error), structured=structured
+    )
 
 
 def says_the_same(blocks: Sequence[t.ContentBlock], structured: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from meta_agent.core.limits import DEFAULT_MAX_STEPS, DEFAULT_TOKEN_BUDGET
+from meta_agent.core.limits import DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_CALLS, DEFAULT_TOKEN_BUDGET
 from meta_agent.errors import ConfigError
 from meta_agent.shared.addresses import Network, parse_networks
 from meta_agent.shared.validation import did_you_mean, problem
@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     )
     max_steps_ceiling: int = Field(
         default=50, ge=1, description="The most steps a call may ask for (`max_steps` of `plan` and `agent`)."
+    )
+    max_tool_calls: int = Field(
+        default=DEFAULT_MAX_TOOL_CALLS,
+        ge=1,
+        description="The tool calls a run may make in all, those of its programs in code mode included; a call past it"
+        " is refused, and a program that makes it is stopped.",
     )
     token_budget: int = Field(
         default=DEFAULT_TOKEN_BUDGET,
@@ -192,6 +198,20 @@ class Settings(BaseSettings):
         default="auto",
         description="Whether a run finds its tools with `find_tools` instead of seeing every schema: `auto` when a run"
         " has more than 30 selected tools, `on` always (except `ask`), `off` never.",
+    )
+    code_mode: Literal["auto", "on", "off"] = Field(
+        default="off",
+        description="Code mode: the model writes a short program over the run's tools with `run_code`, and only what"
+        " it prints comes back to the model. `on`: `run_code` alone (with `find_tools` when tool search is on); `auto`:"
+        " `run_code` alone when a run has more than 30 selected tools, else beside them, for the model to choose;"
+        " `off`: no `run_code`. A call's `code` argument of `agent` or `plan` overrides it (`true` is `on`).",
+    )
+    code_time_limit: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds a program of code mode may run (its own work, not the tool calls it waits for): one past"
+        " it is stopped, and the model gets a one-line error.",
     )
     result_inline_chars: int = Field(
         default=20_000,

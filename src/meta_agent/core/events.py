@@ -85,6 +85,7 @@ class ToolCallStarted:
     name: str
     arguments: Mapping[str, Any]
     server: str | None = None  # the child server whose tool it is; None: an internal tool (or no known tool)
+    within: str | None = None  # the call id of the program (run_code) that made this call; None: the model made it
     kind: Literal["tool_call_started"] = "tool_call_started"
 
 

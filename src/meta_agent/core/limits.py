@@ -15,6 +15,9 @@ DEFAULT_MAX_STEPS = 10
 DEFAULT_PLAN_STEPS = 4
 # More calls than this in one model turn is a model gone astray; the extra calls are refused, not run.
 DEFAULT_MAX_TOOL_CALLS_PER_STEP = 16
+# The tool calls of a whole run, those a program of code mode makes included: above the most a run of direct calls can
+# make by default (10 steps of 16), and a bound on a program that calls tools in a loop.
+DEFAULT_MAX_TOOL_CALLS = 200
 DEFAULT_TOKEN_BUDGET = 200_000
 # The cap on one answer where the wire format needs one (Anthropic Messages, MCP sampling): enough for an answer or a
 # round of tool calls.
@@ -25,6 +28,7 @@ DEFAULT_MAX_OUTPUT_TOKENS = 8192
 class Limits:
     max_steps: int = DEFAULT_MAX_STEPS
     max_tool_calls_per_step: int = DEFAULT_MAX_TOOL_CALLS_PER_STEP
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS  # in the whole run, a program's calls included
     token_budget: int = DEFAULT_TOKEN_BUDGET
     time_limit: float | None = None  # seconds of wall clock for the run
 

@@ -18,6 +18,7 @@ from ulid import ULID
 
 from meta_agent.core import events as ev
 from meta_agent.core import tool_call
+from meta_agent.core.code_mode import CodePlan, CodeRunner
 from meta_agent.core.encodable import encodable
 from meta_agent.core.events import Emit
 from meta_agent.core.heartbeat import HEARTBEAT_INTERVAL, Pulse
@@ -39,7 +40,7 @@ from meta_agent.core.result import ErrorKind, Mode, RunResult, RunUsage, StepRec
 from meta_agent.core.tool_call import Approver, bounded
 from meta_agent.core.tool_search import SearchingRunner, SearchPlan, ToolSearch
 from meta_agent.core.tool_step import ToolRunner, ToolStepRunner
-from meta_agent.core.tools import ToolSpec
+from meta_agent.core.tools import FIND_TOOLS, RUN_CODE, ToolSpec
 from meta_agent.errors import LimitExceeded, MetaAgentError, ProviderError, summary
 
 # What the model sees of one tool result at most; the trace keeps the whole result.
@@ -58,6 +59,9 @@ SYSTEM_PROMPTS: dict[Mode, str] = {
     ),
     "ask": "You are meta-agent. Answer the user directly. You may call one of the tools you are given if it helps.",
 }
+# What the model sees in code mode alone: run_code, find_tools where the run searches, and read_result, which reads a
+# program's long output kept under a handle.
+CODE_MODE_TOOLS = frozenset({RUN_CODE, FIND_TOOLS, tool_call.READ_RESULT})
 ASK_RUNS_ONE = "not run: ask runs one tool call, the first one asked for"
 FINAL_TURN = (
     "Stop here: {why}. Do not call any tool. Give your best final answer from what you have gathered so far, and "
@@ -75,6 +79,7 @@ class RunRequest:
     run_id: str = field(default_factory=lambda: str(ULID()))
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
     search: SearchPlan | None = None  # None: every tool's schema goes in every model request
+    code: CodePlan | None = None  # None: no code mode (run_code is not among `tools`)
     # The run's clock: seconds of its time limit spent (a durable run's count from its first start, whichever process
     # started it); None: since this call of `run`.
     elapsed: Callable[[], float] | None = None
@@ -148,6 +153,8 @@ class _Run:
         if request.search is not None:  # the model sees find_tools, the pinned tools and what it found
             self.search = ToolSearch(request.tools, request.search.shown, request.history)
             tools = SearchingRunner(tools, request.search.finder, self.search)
+        if request.code is not None:  # run_code runs programs, whose calls come back to the tool step
+            tools = CodeRunner(tools, request.code.runner)
         self.tool_steps = ToolStepRunner(
             tools=request.tools,
             runner=tools,
@@ -160,6 +167,7 @@ class _Run:
             model=lambda: self.provider,  # read at each call: a fallback may switch the run's model
             max_result_chars=request.max_result_chars,
             max_calls_per_step=request.limits.max_tool_calls_per_step,
+            max_calls=request.limits.max_tool_calls,
             history=request.history,
         )
         self.transcript: list[Message] = [*request.history, UserMessage.of(request.task)]
@@ -299,6 +307,8 @@ class _Run:
     def _schemas(self) -> tuple[ToolSchema, ...]:
         """The tools of this model turn: every one, or with search on those shown so far."""
         shown = self.request.tools if self.search is None else self.search.shown()
+        if self.request.code is not None and self.request.code.only:  # the program calls the rest
+            shown = tuple(spec for spec in shown if spec.internal and spec.name in CODE_MODE_TOOLS)
         return tuple(
             ToolSchema(name=spec.alias, description=spec.description, parameters=spec.input_schema) for spec in shown
         )

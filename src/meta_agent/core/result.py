@@ -56,6 +56,10 @@ class ToolCallRecord:
     duration_ms: int
     error: Annotated[str | None, Field(exclude_if=_empty)] = None
     error_kind: Hidden[ErrorKind | None] = None  # counted in the run's usage.errors
+    # The call's program: the model's run_code call that made it (code mode), or none (the model called it itself).
+    via: Annotated[
+        str | None, Field(exclude_if=_empty, description="The tool whose program made this call (run_code).")
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,6 +36,8 @@ class RunSpec:
     # The call that started it, as its caller's app knows it (the connection and the JSON-RPC id of its `tools/call`):
     # how the run view of a host finds the run (None: no such call, a run of `meta-agent run` or of an app).
     call_key: str | None = None
+    # Code mode as the caller asked for it (`code` of agent and plan; None: META_AGENT_CODE_MODE decides).
+    code: bool | None = None
 
 
 class RunBody(Protocol[CallerT]):

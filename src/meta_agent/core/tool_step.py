@@ -8,6 +8,7 @@ A failure of any kind, ours included, becomes an error result for the model, and
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -17,13 +18,14 @@ from meta_agent.core import events as ev
 from meta_agent.core import tool_call
 from meta_agent.core.events import Emit
 from meta_agent.core.heartbeat import Pulse
+from meta_agent.core.inner_calls import InnerCalls
 from meta_agent.core.limits import clock, ms_since
 from meta_agent.core.messages import TOO_LARGE, ImagePart, Message, TextPart, ToolCall, ToolResult
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind, Mode, StepRecord, ToolCallRecord
 from meta_agent.core.result_images import ResultImages
 from meta_agent.core.tool_call import Approver, ArgumentCheck
-from meta_agent.core.tools import FIND_TOOLS, ProgressFn, RunContext, ToolOutcome, ToolSpec
+from meta_agent.core.tools import FIND_TOOLS, RUN_CODE, ProgressFn, RunContext, ToolOutcome, ToolSpec
 from meta_agent.errors import ChildTimeout, MetaAgentError
 
 log = structlog.get_logger(__name__)
@@ -43,18 +45,16 @@ class ToolRunner(Protocol):
 
 
 class _ServerQueueSlot:
-    """One call's place in its server's queue: entering waits until the call before it has finished."""
+    """One call's place in its server's queue: entering waits until the calls before it have finished (a program's
+    calls before it on every server)."""
 
-    def __init__(self, before: anyio.Event | None) -> None:
-        self._before = before
-        self.done = anyio.Event()
-
-    def next(self) -> _ServerQueueSlot:
-        return _ServerQueueSlot(self.done)
+    def __init__(self, *before: _ServerQueueSlot | None) -> None:
+        self.done: anyio.Event = anyio.Event()
+        self._before = tuple(slot.done for slot in before if slot is not None)
 
     async def __aenter__(self) -> None:
-        if self._before is not None:
-            await self._before.wait()
+        for before in self._before:
+            await before.wait()
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.done.set()
@@ -89,6 +89,7 @@ class ToolStepRunner:
         model: Callable[[], Provider],
         max_result_chars: int,
         max_calls_per_step: int,
+        max_calls: int,
         history: Sequence[Message] = (),
     ) -> None:
         self.by_alias = {spec.alias: spec for spec in tools}
@@ -102,6 +103,9 @@ class ToolStepRunner:
         self.model = model
         self.max_result_chars = max_result_chars
         self.max_calls_per_step = max_calls_per_step
+        self.max_calls = max_calls  # in the whole run, a program's calls included
+        self.calls_made = 0
+        self.inner = InnerCalls(tools, mode)  # the calls programs of the run made (code mode), with their records
         self.images = ResultImages()
         self.run_images, self._images_named = tool_call.earlier_images(history)
         self.run_results: dict[str, str] = {}
@@ -144,7 +148,9 @@ class ToolStepRunner:
             await self._finish(step, calls[index], *ended.pop(index), done, index)
         late = "cancelled: the run's time limit passed"
         pairs = [done.get(index) or self.refused(call, late, "limit") for index, call in enumerate(calls)]
-        return [result for result, _ in pairs], StepRecord(index=step, tool_calls=tuple(rec for _, rec in pairs))
+        # the calls a program made follow the record of the call that ran it
+        records = tuple(rec for call, (_, own) in zip(calls, pairs, strict=True) for rec in self.inner.after(call, own))
+        return [result for result, _ in pairs], StepRecord(index=step, tool_calls=records)
 
     async def _finish(
         self,
@@ -187,28 +193,40 @@ class ToolStepRunner:
 
     def _queue_slots(self, step_calls: tuple[ToolCall, ...]) -> list[_ServerQueueSlot]:
         """Each call's slot: calls that may change things wait, per server, for the earlier such calls of the step,
-        so they run (and are asked about) in the order the model gave; read-only and internal calls never wait."""
+        so they run (and are asked about) in the order the model gave; read-only and internal calls never wait. A
+        program (run_code) may change things on any server: it waits for every such call before it, and every such
+        call after it waits for it (so programs also run one after another, their calls in an order a durable run's
+        replay keeps)."""
         last: dict[str, _ServerQueueSlot] = {}
+        program: _ServerQueueSlot | None = None  # the step's latest program so far
         slots: list[_ServerQueueSlot] = []
         for call in step_calls:
             spec = self.by_alias.get(call.name)
-            if spec is None or spec.hints.read_only or spec.server is None:
-                slots.append(_ServerQueueSlot(None))
-                continue
-            previous = last.get(spec.server)
-            last[spec.server] = previous.next() if previous else _ServerQueueSlot(None)
-            slots.append(last[spec.server])
+            if spec is not None and spec.internal and spec.name == RUN_CODE:
+                program = _ServerQueueSlot(program, *last.values())
+                last.clear()
+                slots.append(program)
+            elif spec is not None and not spec.hints.read_only and spec.server is not None:
+                last[spec.server] = _ServerQueueSlot(last.get(spec.server) or program)
+                slots.append(last[spec.server])
+            else:
+                slots.append(_ServerQueueSlot())
         return slots
 
-    async def _carry_out(self, step: int, call: ToolCall, slot: _ServerQueueSlot) -> tuple[ToolOutcome, int]:
-        """The call's whole outcome, and the milliseconds it took once its slot came."""
+    async def _carry_out(
+        self, step: int, call: ToolCall, slot: _ServerQueueSlot, within: str | None = None
+    ) -> tuple[ToolOutcome, int]:
+        """The call's whole outcome, and the milliseconds it took once its slot came; `within`: the call id of the
+        program that makes it."""
         name, spec = self.name_of(call.name), self.by_alias.get(call.name)
         async with slot:  # a call that may change things waits for the ones the model asked for before it
             started = clock()
             try:
                 server = spec.server if spec is not None else None
                 await self.emit(
-                    ev.ToolCallStarted(step=step, call_id=call.id, name=name, arguments=call.arguments, server=server)
+                    ev.ToolCallStarted(
+                        step=step, call_id=call.id, name=name, arguments=call.arguments, server=server, within=within
+                    )
                 )
                 full = await self._outcome(step, call)
             except Exception as exc:  # a bug of ours must cost one call, not the run; the model is told, we log it
@@ -300,6 +318,9 @@ class ToolStepRunner:
                 )
             )
 
+        if self.calls_made >= self.max_calls:
+            return tool_call.error(f"not run: the run's limit of {self.max_calls} tool calls was reached", "limit")
+        self.calls_made += 1
         # The run's images as they are when the call starts: a call of the same step may add more meanwhile.
         context = RunContext(
             model=self.model(),
@@ -307,6 +328,7 @@ class ToolStepRunner:
             results=dict(self.run_results),
             run_id=self.run_id,
             call_id=call.id,
+            call_tool=partial(self.inner_call, step, call) if spec.internal else None,
         )
         try:
             outcome = await self.pulse.wait(
@@ -318,6 +340,29 @@ class ToolStepRunner:
             log.exception("tool_crashed", tool=spec.name, run_id=self.run_id)
             return tool_call.error(f"{spec.name} failed: {type(exc).__name__}: {exc}")
         return outcome
+
+    async def inner_call(self, step: int, program: ToolCall, name: Any, arguments: Any) -> ToolOutcome:
+        """A call of the run's tool `name` with `arguments` that the call `program` (run_code) makes: checked,
+        approved, run and reported as a call the model made itself, its record kept for the step's; never kept
+        under a handle nor its images named, as the model sees only what the program makes of it."""
+        call, refusal = self.inner.call_of(program, name, arguments)
+        if refusal is not None:
+            return refusal
+        full, duration_ms = await self._carry_out(step, call, _ServerQueueSlot(), within=program.id)
+        record = self.inner.record(program, call, self.name_of(call.name), full, duration_ms)
+        await self.emit(
+            ev.ToolCallFinished(
+                step=step,
+                call_id=call.id,
+                name=record.name,
+                ok=record.ok,
+                duration_ms=duration_ms,
+                error=record.error,
+                result=full.parts,
+                full_result=full.parts,
+            )
+        )
+        return full
 
     async def _approval(self, step: int, call: ToolCall, spec: ToolSpec) -> tool_call.Verdict:
         """Ask the user (unless it is allowed already, for longer than a call); both the question and the answer are

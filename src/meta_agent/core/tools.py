@@ -4,7 +4,7 @@ types here (README, Layout): the MCP edges (toolbox/build.py, children/) transla
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -14,6 +14,7 @@ from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind
 
 FIND_TOOLS = "find_tools"  # the internal tool the model searches with when tool search is on (internal/find_tools.py)
+RUN_CODE = "run_code"  # the internal tool of code mode: a program over the run's tools (internal/run_code.py)
 # Internal tools that read what an earlier call of the run left (a result kept whole): of no use to `ask`, whose one
 # tool call is its answer, so ask mode never shows them.
 FOLLOW_UP_TOOLS = frozenset({"read_result"})
@@ -76,6 +77,9 @@ class ToolOutcome:
     parts: tuple[Part, ...]
     is_error: bool = False
     error_kind: ErrorKind | None = None  # why it failed, for the run's error counts (None: the tool said so)
+    # The result's structured content as the tool gave it (MCP `structuredContent`), which a program of code mode
+    # gets from call_tool; None: the tool gave none.
+    structured: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +95,9 @@ class RunContext:
     run_id: str = ""
     call_id: str = ""  # the id the model gave this call
     tool_search: ToolFinder | None = None  # the run's tool search, when it is on (find_tools searches it)
+    # Calls a tool of the run from within this call, as a direct call is made (run_code's programs): every check,
+    # approval, event and record of one; None where no run calls the tool.
+    call_tool: InnerCall | None = None
 
 
 class ToolFinder(Protocol):
@@ -98,6 +105,12 @@ class ToolFinder(Protocol):
     `query` among the run's selected tools, which the model is shown from its next turn."""
 
     def find(self, query: str, limit: int) -> list[ToolSpec]: ...
+
+
+# `call_tool(name, arguments)`: the run's tool `name` (its full name) called with `arguments`, and its outcome; a
+# call that was refused is an error outcome too, of kind "limit" where a limit of the run refused it (the program that
+# made it is then stopped: a limit is no error for a program to catch and go on past).
+InnerCall = Callable[[str, Any], Awaitable[ToolOutcome]]
 
 
 NO_RUN = RunContext()

@@ -37,7 +37,8 @@ from meta_agent.core.tools import ToolOutcome
 # conversation has none: its steps begin at the first model turn), each model turn, the approval and the tool call of
 # each call, and the turn saved in its conversation. Each call draws two numbers, its approval's and its own, in the
 # model's order, as soon as the answer is known (a call that needs no approval leaves the first unused); `{model}` is
-# the provider's name, `{tool}` the tool's full name.
+# the provider's name, `{tool}` the tool's full name. A program of code mode (run_code) is no step; each call it makes,
+# and its approval, is one, named as above and numbered on after the turn's drawn numbers.
 RECORD = (
     (1, "history"),
     (2, "model {model}"),
@@ -52,7 +53,7 @@ RECORD = (
 RECORDED = (RunSpec, RunResult, ModelResponse, ToolOutcome, Verdict)
 
 # The fingerprint of `shapes()` for each format, oldest first: format N is FORMATS[N - 1].
-FORMATS = ("26f9a2c5452be739",)
+FORMATS = ("26f9a2c5452be739", "c6f1059b5afa4517")
 # The durable-run format. Bumped (by appending to FORMATS) when, and only when, what a run records changes: which steps
 # it records, their order or names (RECORD), the module, name or fields of a class a step's input or outcome pickles
 # (ModelResponse, ToolOutcome, Verdict, RunSpec, RunResult and what they hold), or an error class a step may raise.

@@ -4,6 +4,10 @@ DBOS step, recorded once and given back by a replay, and the clock the run's tim
 Steps run one after another, except the tool calls of one model turn, which run concurrently: their step numbers are
 drawn in the order the model gave them, as soon as its answer is known, so each call meets its own record however the
 calls interleave. find_tools and read_result are no steps: they only read the run's own state, which replay rebuilds.
+Nor is run_code (code mode), which the loop runs before a call reaches this runner (core/code_mode.py): a replay runs
+its program again, and each call the program makes is a step of its own, approval included, numbered on after the
+turn's drawn numbers (programs of a turn run one after another, so their calls come in one order), whose record the
+replayed program is given back; a program is deterministic given those answers (internal/sandbox.py).
 
 dbos is imported only on first use (with a PostgreSQL database).
 """
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from meta_agent.core.code_mode import in_program
 from meta_agent.core.messages import ModelRequest, ModelResponse, ToolCall
 from meta_agent.core.provider import Provider, WrappedProvider
 from meta_agent.core.tool_call import READ_RESULT, Approver, Asking, Verdict
@@ -122,8 +127,8 @@ class RunSteps:
 
     async def approval_step(self, spec: ToolSpec, arguments: Mapping[str, Any], decide: Callable[[], Any]) -> Verdict:
         """The approval of the latest model turn's first call of `spec` with `arguments` whose approval is not drawn
-        yet (calls that alike are interchangeable)."""
-        for drawn in self._drawn:
+        yet (calls that alike are interchangeable); within a program, the next step."""
+        for drawn in () if in_program() else self._drawn:  # a program's calls were not drawn: numbered on
             call = drawn.call
             if call.name == spec.alias and call.arguments == arguments and drawn.approval is not None:
                 approval, drawn.approval = drawn.approval, None

@@ -195,6 +195,7 @@ class Engine:
         run_id: str | None = None,
         owner: str = LOCAL_OWNER,
         call_key: str | None = None,
+        code: bool | None = None,
     ) -> RunResult:
         """One run of the loop with a caller's arguments.
 
@@ -216,6 +217,8 @@ class Engine:
                 run, the conversation it starts and the tools allowed in it are that subject's, and a conversation of
                 another's is unknown to it. The local user's by default.
             call_key: the call that started it, as its caller's app knows it (front/apps): how a run view finds it.
+            code: code mode (docs/code-mode.md): the model writes a program over the tools with run_code; None:
+                META_AGENT_CODE_MODE decides.
 
         Returns:
             The run's result: its answer, stop reason, steps and usage, and the conversation it continues.
@@ -241,6 +244,7 @@ class Engine:
             run_id=run_id,
             owner=owner,
             call_key=call_key,
+            code=code,
         )
 
     def _child_changed(self, child: ChildServer) -> None:

@@ -23,6 +23,7 @@ from ulid import ULID
 from meta_agent.children.questions import Questions
 from meta_agent.config.settings import Settings
 from meta_agent.core import events as ev
+from meta_agent.core.code_mode import code_on
 from meta_agent.core.event_lines import describe
 from meta_agent.core.events import Emit, Event
 from meta_agent.core.limits import DEFAULT_PLAN_STEPS, Limits
@@ -47,6 +48,7 @@ from meta_agent.store.parking import SharedRounds
 from meta_agent.store.preferences import UNREADABLE, Preferences, PreferenceStore
 from meta_agent.store.run_events import RunEvents
 from meta_agent.store.run_index import RunIndex, RunState, stopping
+from meta_agent.toolbox.code_mode import with_run_code
 from meta_agent.toolbox.live import LiveToolbox
 
 if TYPE_CHECKING:
@@ -125,6 +127,7 @@ class Runs:
         run_id: str | None = None,
         owner: str = LOCAL_OWNER,
         call_key: str | None = None,
+        code: bool | None = None,
     ) -> RunResult:
         """One run of the loop with a caller's arguments (`Engine.run`), `owner`'s.
 
@@ -145,6 +148,7 @@ class Runs:
             can_ask=approver is not None,
             owner=owner,
             call_key=call_key,
+            code=code,
             **current_trace_context(),  # the caller's (the host's request): the run's spans join its trace
         )
         caller = Caller(emit=emit, approver=approver, sampling=sampling, questions=questions)
@@ -192,11 +196,14 @@ class Runs:
         tools, search, unavailable = await self.toolbox.for_run(
             spec.patterns, spec.mode, self.settings.tool_search, chosen
         )
+        coded = code_on(self.settings.code_mode, spec.code, spec.mode, len(tools))
+        tools, search, code = with_run_code(self.toolbox, tools, search, coded, self.settings.code_time_limit)
         request = RunRequest(
             task=spec.task,
             mode=spec.mode,
             tools=tools,
             search=search,
+            code=code,
             limits=spec.limits,
             history=history,
             run_id=spec.run_id,
@@ -331,6 +338,7 @@ class Runs:
             max_steps=1 if mode == "ask" else (max_steps or default),
             token_budget=token_budget or self.settings.token_budget,
             time_limit=self.settings.time_limit,
+            max_tool_calls=self.settings.max_tool_calls,
         )
 
     def in_progress(self) -> list[str]:

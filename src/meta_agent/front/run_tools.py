@@ -20,6 +20,16 @@ ToolPatterns = Annotated[
     Field(description='Glob patterns over tool names ("time.*", "image_gen"); absent: every tool of the mode.'),
 ]
 
+CodeMode = Annotated[
+    bool | None,
+    Field(
+        description="Code mode: the model writes a short Python program over the tools (run_code), and only what it"
+        " prints comes back to the model; best for many calls whose results feed each other. Absent: the server's"
+        " setting (META_AGENT_CODE_MODE).",
+        strict=True,
+    ),
+]
+
 
 def _says_something(text: str) -> str:
     """A task or prompt with no word in it (empty, or only white space) is refused before a model turn is spent."""
@@ -59,9 +69,10 @@ def add_run_tools(server: MCPServer[Any]) -> None:
         ctx: Context,
         tools: ToolPatterns = None,
         max_steps: Annotated[int | None, Field(description="Model turns at most (default 4).", strict=True)] = None,
+        code: CodeMode = None,
     ) -> RunAnswer:
         """Look around with read-only tools only and return a numbered plan. Changes nothing."""
-        return await start_run(ctx, "plan", task, patterns=tools, max_steps=max_steps)
+        return await start_run(ctx, "plan", task, patterns=tools, max_steps=max_steps, code=code)
 
     @server.tool(
         title="Run an agent",
@@ -76,6 +87,7 @@ def add_run_tools(server: MCPServer[Any]) -> None:
         token_budget: Annotated[int | None, Field(description="Input+output tokens at most.", strict=True)] = None,
         plan: Annotated[bool, Field(description="Write a numbered plan first, then carry it out.")] = False,
         conversation_id: Annotated[str | None, Field(description="Continue an earlier conversation.")] = None,
+        code: CodeMode = None,
     ) -> RunAnswer:
         """Carry out a task with every enabled tool (internal and child), within step, token and time limits.
         Tools that change things run only with the user's approval (trust levels)."""
@@ -89,4 +101,5 @@ def add_run_tools(server: MCPServer[Any]) -> None:
             max_steps=max_steps,
             token_budget=token_budget,
             conversation_id=conversation_id,
+            code=code,
         )

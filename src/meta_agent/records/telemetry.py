@@ -259,7 +259,8 @@ class Spans:
             attributes["meta_agent.server"] = clip(event.server)
         if self._capture:
             attributes["gen_ai.tool.call.arguments"] = self._json(dict(event.arguments))
-        span = self._child(f"execute_tool {name}", SpanKind.INTERNAL, attributes)
+        program = self._tools.get(event.within) if event.within is not None else None  # a call of run_code's program
+        span = self._child(f"execute_tool {name}", SpanKind.INTERNAL, attributes, program[-1][1] if program else None)
         self._tools.setdefault(event.call_id, []).append((event.name, span))
 
     def _tool_finished(self, event: ev.ToolCallFinished) -> None:
@@ -279,8 +280,10 @@ class Spans:
             span.set_status(Status(StatusCode.ERROR, clip(event.error or "tool error", self._redact)))
         span.end()
 
-    def _child(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> Span:
-        context = trace.set_span_in_context(self._run) if self._run is not None else self._parent
+    def _child(self, name: str, kind: SpanKind, attributes: dict[str, Any], parent: Span | None = None) -> Span:
+        """A span under `parent`, else under the run's."""
+        parent = parent or self._run
+        context = trace.set_span_in_context(parent) if parent is not None else self._parent
         return self._tracer.start_span(name, context=context, kind=kind, attributes=attributes)
 
     def _json(self, value: Any) -> str:

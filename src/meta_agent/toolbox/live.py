@@ -213,6 +213,10 @@ class LiveToolbox:
     def internal_tool(self, name: str) -> InternalTool | None:
         return next((tool for tool in self.internal if tool.name == name), None)
 
+    def internal_spec(self, tool: InternalTool) -> ToolSpec:
+        """A tool made for one run (find_tools, run_code) as the toolbox holds it: its alias and trust level."""
+        return Toolbox.build([tool], (), self._recorded, trust_problem=self.trust_problem).tools[0]
+
     def runner(self, questions: Questions | None) -> ToolCaller:
         """What calls a run's tools: the shared one, or one that hands the children's questions to the caller."""
         return self.caller if questions is None else ToolCaller(self.pool.children, self.internal, questions)
@@ -244,7 +248,7 @@ class LiveToolbox:
         # find_tools first, the pinned tools beside it; not for a subject that switched it off
         if search_on(tool_search, mode, len(tools)) and "find_tools" not in chosen.off:
             finder = find_tools_tool()
-            found = Toolbox.build([finder], (), self._recorded, trust_problem=self.trust_problem).tools[0]
+            found = self.internal_spec(finder)
             search = SearchPlan(finder=finder, shown=frozenset({found.name, *pinned(self.pool, tools)}))
             tools = (found, *tools)
         return tools, search, unavailable
