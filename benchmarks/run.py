@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -91,22 +92,27 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def _sections(rounds: dict[str, int]) -> dict[str, Callable[[], Awaitable[Any]]]:
+    """Each section's measurement, by its name, in the order they run."""
+    return {
+        "loop": lambda: loop.measure(rounds["loop"]),
+        "proxy": lambda: proxy.measure(rounds["proxy"]),
+        "cold_start": lambda: cold_start.measure(rounds["cold_start"]),
+        "one_shot": lambda: anyio.to_thread.run_sync(one_shot.measure, rounds["one_shot"]),
+        "concurrency": lambda: concurrency.measure(rounds["concurrency"]),
+        "profile": profile_run.measure,
+        "memory": memory.measure,
+        "tool_search": tool_search.measure,
+        "handles": handles.measure,
+        "replicas": lambda: replicas.measure(rounds["replicas"]),
+        "code_mode": code_mode.measure,
+    }
+
+
 async def benchmarks(rounds: dict[str, int], only: set[str] | None = None) -> dict[str, Any]:
     """Every section's figures, or only those of the sections `only` names."""
     out: dict[str, Any] = {}
-    for name, run in (
-        ("loop", lambda: loop.measure(rounds["loop"])),
-        ("proxy", lambda: proxy.measure(rounds["proxy"])),
-        ("cold_start", lambda: cold_start.measure(rounds["cold_start"])),
-        ("one_shot", lambda: anyio.to_thread.run_sync(one_shot.measure, rounds["one_shot"])),
-        ("concurrency", lambda: concurrency.measure(rounds["concurrency"])),
-        ("profile", profile_run.measure),
-        ("memory", memory.measure),
-        ("tool_search", tool_search.measure),
-        ("handles", handles.measure),
-        ("replicas", lambda: replicas.measure(rounds["replicas"])),
-        ("code_mode", code_mode.measure),
-    ):
+    for name, run in _sections(rounds).items():
         if only is not None and name not in only:
             continue
         started = time.perf_counter()
@@ -535,8 +541,7 @@ def main() -> None:
     elif args.only:
         raw = json.loads(RAW.read_text())
         only = set(args.only.split(","))
-        known = {"loop", "proxy", "cold_start", "one_shot", "concurrency", "profile", "memory", "tool_search"}
-        if unknown := only - known - {"handles", "replicas"}:
+        if unknown := only - set(_sections(rounds)):
             parser.error(f"--only: no section {', '.join(sorted(unknown))}")
         raw["results"] |= anyio.run(benchmarks, rounds, only)
         raw["run"] = (
