@@ -72,3 +72,25 @@ def test_tools_before_the_task_from_the_command_line(llm: FakeLLM, tmp_path: Pat
     assert (result.returncode, result.stdout) == (0, "It is evening in Tokyo.\n"), result.stderr
     offered = {tool["function"]["name"] for tool in llm.requests[0].body["tools"]}
     assert offered == {"time__get_current_time", "time__convert_time"}
+
+
+@pytest.mark.parametrize(("argv", "code"), [([], None), (["--code"], True), (["--no-code"], False)])
+def test_code_mode_is_the_setting_s_unless_the_command_line_says(argv: list[str], code: bool | None) -> None:
+    assert _parser().parse_args(["run", TASK, *argv]).code is code
+
+
+def test_run_with_code_offers_run_code_and_ask_refuses_it_in_one_line(llm: FakeLLM, tmp_path: Path) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"time": TIME_COMMAND}}))
+    environ = openai_env(llm, model="openai:fake-model", base=os.environ)
+    llm.reply(openai_reply("It is evening in Tokyo."))
+    command = [sys.executable, "-m", "meta_agent", "run", "--config", str(config), TASK, "--code"]
+    result = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=120)
+    assert (result.returncode, result.stdout) == (0, "It is evening in Tokyo.\n"), result.stderr
+    offered = {tool["function"]["name"] for tool in llm.requests[0].body["tools"]}
+    assert "run_code" in offered and "time__get_current_time" not in offered
+    asked = subprocess.run([*command, "--mode", "ask"], capture_output=True, text=True, env=environ, timeout=120)
+    assert (asked.returncode, asked.stderr) == (
+        2,
+        "meta-agent: --code: ask mode is one model turn with no program to run; use --mode agent or plan\n",
+    )

@@ -6,9 +6,12 @@ with SQLite for the rows."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 import structlog
 
@@ -196,3 +199,52 @@ async def test_a_run_that_starts_now_numbers_its_events_from_one_without_reading
         await feed(ev.Thinking(step=1, text="hello"))
     page, _ = await events.page("fresh", 0)
     assert [seq for seq, _ in page] == [1] and json.loads(page[0][1])["kind"] != "resumed"
+
+
+class _Counted(SqliteDatabase):
+    """The store's database, counting its transactions; failing them while `failing`."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.transactions = 0
+        self.failing = False
+
+    def run(self, work: Any, *args: Any) -> Any:
+        if self.failing:
+            raise sqlite3.OperationalError("disk I/O error")
+        self.transactions += 1
+        return super().run(work, *args)
+
+
+async def test_runs_appending_at_once_share_a_transaction_and_each_hears_a_failure(tmp_path: Path) -> None:
+    """50 runs' batches handed in at once are written in two transactions, not fifty, each kept under its own run;
+    while the database fails, every run waiting is told, and what it hands in again later is kept."""
+    database = _Counted(tmp_path / "s.sqlite3")
+    events = RunEvents(database)
+    await events.last("warm")  # the schema, made in a transaction of its own
+    database.transactions = 0
+
+    async def hand_in(n: int) -> None:
+        await events.append(f"r{n}", [(1, json.dumps({"kind": "n", "run": n}))])
+
+    async with anyio.create_task_group() as runs:
+        for n in range(50):
+            runs.start_soon(hand_in, n)
+    assert database.transactions <= 2
+    assert [await events.last(f"r{n}") for n in range(50)] == [1] * 50
+    database.failing = True
+    failed: list[str] = []
+
+    async def refused(n: int) -> None:
+        try:
+            await hand_in(n)
+        except sqlite3.OperationalError as exc:
+            failed.append(str(exc))
+
+    async with anyio.create_task_group() as runs:
+        for n in range(50, 60):
+            runs.start_soon(refused, n)
+    assert failed == ["disk I/O error"] * 10
+    database.failing = False
+    await hand_in(50)
+    assert await events.last("r50") == 1

@@ -52,13 +52,21 @@ async def run_task(args: argparse.Namespace, settings: Settings, servers: dict[s
         allow = [check_glob(pattern) for pattern in args.allow or ()]
     except ValueError as exc:
         return fail(f"allow: {exc}", EXIT_USAGE)
+    if args.code and args.mode == "ask":
+        return fail("--code: ask mode is one model turn with no program to run; use --mode agent or plan", EXIT_USAGE)
     view = LiveView(sys.stderr)
     approver = approver_for(allow, view)
     try:
         async with Engine(settings, servers, os.environ, restart=False, trust_file=args.trust_file) as engine:
             await _check_allowed(engine, allow)
             result = await engine.run(
-                args.task, mode=args.mode, patterns=args.tools, max_steps=args.max_steps, emit=view, approver=approver
+                args.task,
+                mode=args.mode,
+                patterns=args.tools,
+                max_steps=args.max_steps,
+                code=args.code,
+                emit=view,
+                approver=approver,
             )
     except (ConfigError, PatternError, ModelNotConfigured) as exc:
         return fail(str(exc), EXIT_USAGE)

@@ -136,6 +136,11 @@ def _add_run(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--max-steps", type=_positive, metavar="N", help="model turns at most")
     run.add_argument(
+        "--code",
+        action=argparse.BooleanOptionalAction,
+        help="code mode: the model writes a program over the tools (run_code); default: $META_AGENT_CODE_MODE",
+    )
+    run.add_argument(
         "--allow",
         action="append",
         metavar="PATTERN",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -23,19 +24,59 @@ MAX_CURSOR = 2**53
 ROWS_AT_ONCE = 200
 
 
+@dataclass
+class _Batch:
+    """A run's events waiting to be written with other runs' (`RunEvents.append`)."""
+
+    run_id: str
+    bodies: list[tuple[int, str]]
+    written: anyio.Event = field(default_factory=anyio.Event)
+    error: Exception | None = None
+
+
 class RunEvents:
     def __init__(self, database: Database) -> None:
         self.database = database
         self.errors = database.errors
+        self._queued: list[_Batch] = []  # batches handed in while a write was under way: the next write's
+        self._writing = False
 
     async def append(self, run_id: str, bodies: Sequence[tuple[int, str]]) -> None:
         """Keep the run's events `bodies` (each its number and JSON body); one already kept is kept as it was.
 
+        Runs that append at once share a transaction: the first writes what is queued, and goes on writing what was
+        queued meanwhile until nothing is (shielded: it writes the others' too), so many runs cost a transaction or
+        two together, not one each.
+
         Raises:
             errors: the database cannot be written.
         """
-        if bodies:
-            await anyio.to_thread.run_sync(self.database.run, _append, run_id, list(bodies))
+        if not bodies:
+            return
+        batch = _Batch(run_id, list(bodies))
+        self._queued.append(batch)
+        if not self._writing:
+            self._writing = True
+            try:
+                with anyio.CancelScope(shield=True):
+                    while self._queued:
+                        await self._write(self._queued)
+                        self._queued = [queued for queued in self._queued if not queued.written.is_set()]
+            finally:
+                self._writing = False
+        await batch.written.wait()
+        if batch.error is not None:
+            raise batch.error
+
+    async def _write(self, batches: list[_Batch]) -> None:
+        taken = list(batches)
+        try:
+            await anyio.to_thread.run_sync(self.database.run, _append_all, [(b.run_id, b.bodies) for b in taken])
+        except self.errors as exc:
+            for batch in taken:
+                batch.error = exc
+        for batch in taken:
+            batch.written.set()
 
     async def last(self, run_id: str) -> int:
         """The number of the run's last kept event (0: none): where a run resumed on another replica goes on.
@@ -60,6 +101,11 @@ class RunEvents:
             errors: the database cannot be read.
         """
         return await anyio.to_thread.run_sync(self.database.run, _page, run_id, after)
+
+
+def _append_all(sql: Sql, batches: list[tuple[str, list[tuple[int, str]]]]) -> None:
+    for run_id, bodies in batches:
+        _append(sql, run_id, bodies)
 
 
 def _append(sql: Sql, run_id: str, bodies: list[tuple[int, str]]) -> None:
