@@ -20,7 +20,7 @@ from meta_agent.core.events import Emit
 from meta_agent.core.heartbeat import Pulse
 from meta_agent.core.inner_calls import InnerCalls
 from meta_agent.core.limits import clock, ms_since
-from meta_agent.core.messages import TOO_LARGE, ImagePart, Message, TextPart, ToolCall, ToolResult
+from meta_agent.core.messages import TOO_LARGE, ImagePart, Message, Part, TextPart, ToolCall, ToolResult
 from meta_agent.core.provider import Provider
 from meta_agent.core.result import ErrorKind, Mode, StepRecord, ToolCallRecord
 from meta_agent.core.result_images import ResultImages
@@ -164,19 +164,7 @@ class ToolStepRunner:
         """Name the call's result, keep it in `done` and report its end."""
         handle = self._kept(call, full)
         result, record = done[index] = self._shaped(call, full, self._named(full), handle, duration_ms)
-        await self.emit(
-            ev.ToolCallFinished(
-                step=step,
-                call_id=call.id,
-                name=record.name,
-                ok=record.ok,
-                duration_ms=duration_ms,
-                error=record.error,
-                result=result.parts,
-                full_result=full.parts,
-                kept=handle,
-            )
-        )
+        await self.emit(_finished(step, call, record, duration_ms, result.parts, full, handle))
 
     def refused(self, call: ToolCall, why: str, kind: ErrorKind) -> tuple[ToolResult, ToolCallRecord]:
         """The error result and record of a call that was not run."""
@@ -350,18 +338,7 @@ class ToolStepRunner:
             return refusal
         full, duration_ms = await self._carry_out(step, call, _ServerQueueSlot(), within=program.id)
         record = self.inner.record(program, call, self.name_of(call.name), full, duration_ms)
-        await self.emit(
-            ev.ToolCallFinished(
-                step=step,
-                call_id=call.id,
-                name=record.name,
-                ok=record.ok,
-                duration_ms=duration_ms,
-                error=record.error,
-                result=full.parts,
-                full_result=full.parts,
-            )
-        )
+        await self.emit(_finished(step, call, record, duration_ms, full.parts, full))
         return full
 
     async def _approval(self, step: int, call: ToolCall, spec: ToolSpec) -> tool_call.Verdict:
@@ -394,3 +371,26 @@ class ToolStepRunner:
             )
         )
         return verdict
+
+
+def _finished(
+    step: int,
+    call: ToolCall,
+    record: ToolCallRecord,
+    duration_ms: int,
+    shown: tuple[Part, ...],
+    full: ToolOutcome,
+    kept: str | None = None,
+) -> ev.ToolCallFinished:
+    """The event of a call's end: what the model was shown of its result (`shown`), all of it, and its handle."""
+    return ev.ToolCallFinished(
+        step=step,
+        call_id=call.id,
+        name=record.name,
+        ok=record.ok,
+        duration_ms=duration_ms,
+        error=record.error,
+        result=shown,
+        full_result=full.parts,
+        kept=kept,
+    )
