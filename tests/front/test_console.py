@@ -109,8 +109,8 @@ async def until_done(site: Served, http: httpx2.AsyncClient, run_id: str, header
     with anyio.fail_after(30):
         while True:
             answer = await site.api(http, "app_run", headers, run_id=run_id)
-            data = answer.json()["structuredContent"]
-            if data["run"]["status"] == "done" and not data["more"]:
+            data = answer.json()["structuredContent"]  # `run` is None until the run's row is written
+            if data["run"] is not None and data["run"]["status"] == "done" and not data["more"]:
                 return dict(data)
             await anyio.sleep(0.05)
 

@@ -75,6 +75,9 @@ class AppViews:
         self._background = background
         self._max_runs = max_runs
         self._started: dict[str, int] = {}  # runs started from views and running, by subject
+        # the subject of each run started from a view here, until it ends: one whose row is not written yet is
+        # "not there yet" to its subject, as a run whose call has not started it, not an unknown run
+        self._starting: dict[str, str] = {}
         self._readers = anyio.CapacityLimiter(READERS)
 
     def approver(self, inner: Any, run_id: str, owner: str) -> ViewApprover:
@@ -115,6 +118,8 @@ class AppViews:
     async def _find(self, caller: Caller, run_id: str | None, request_id: object, task: str | None) -> RunState | None:
         if run_id is not None:
             state = await self._read(self.engine.runs.index.read, run_id, owner=caller.owner)
+            if state is None and self._starting.get(run_id) == caller.owner:
+                return None
             if state is None:
                 raise ViewError(f"unknown run {one_line(run_id, 60)!r}")
             return state
@@ -209,6 +214,7 @@ class AppViews:
             raise ViewError(f"{PER_SUBJECT} of your runs started from views are running already; wait for one to end")
         run_id = random_ulid()
         self._started[caller.owner] = mine + 1
+        self._starting[run_id] = caller.owner
         self._background.start_soon(self._run_started, caller.owner, task, mode, run_id)
         return {"run_id": run_id}
 
@@ -222,6 +228,7 @@ class AppViews:
         except Exception as exc:  # a bug of ours: the traceback for the log
             log.exception("view_run_crashed", run_id=run_id, error=summary(exc))
         finally:
+            self._starting.pop(run_id, None)
             if (left := self._started.pop(owner, 1) - 1) > 0:
                 self._started[owner] = left
 
