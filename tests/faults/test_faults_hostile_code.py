@@ -49,6 +49,7 @@ FAULTS: dict[str, tuple[str, str]] = {
     "spin": ("while True: pass", f"the program ran longer than {TIME_LIMIT} s (META_AGENT_CODE_TIME_LIMIT)"),
     "huge_string": ("'a' * 10**10", "line 1: the program used more than 100 MB of memory"),
     "deep_recursion": ("def f(n):\n    return f(n + 1)\nf(0)", "RecursionError: maximum recursion depth exceeded"),
+    "huge_last_value": ("['x' * 1000] * 2000", "last value are more than 1,000,000 characters (the limit)"),
     "million_prints": ("for i in range(10**6):\n    print(i, 'x' * 20)", "the program printed more than 1,000,000"),
     "ten_thousand_calls": (
         "for i in range(10000):\n    try:\n        call_tool('f.echo', {'text': 'x'})\n    except Exception:\n"

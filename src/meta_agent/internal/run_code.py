@@ -15,6 +15,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import anyio
+
 from meta_agent.core import tool_call
 from meta_agent.core.messages import TextPart
 from meta_agent.core.tools import (
@@ -141,7 +143,14 @@ async def _run(arguments: Mapping[str, Any], context: RunContext = NO_RUN, /, *,
         return tool_call.error(f"{end.error}\nprinted before it:\n{printed}" if printed else end.error)
     text = end.printed
     if end.value is not None:
-        text = f"{text}{'' if not text or text.endswith(chr(10)) else chr(10)}{sandbox.value_text(end.value)}"
+        # a value may be as large as a program's memory: said off the event loop, and held to the output's limit
+        said = await anyio.to_thread.run_sync(sandbox.value_text, end.value)
+        if len(text) + len(said) > sandbox.OUTPUT_LIMIT:
+            return tool_call.error(
+                f"run_code: the program's output and last value are more than {sandbox.OUTPUT_LIMIT:,} characters"
+                " (the limit); print or return less"
+            )
+        text = f"{text}{'' if not text or text.endswith(chr(10)) else chr(10)}{said}"
     return ToolOutcome(parts=(TextPart(text=text or "(the program printed nothing, and its last value was None)"),))
 
 

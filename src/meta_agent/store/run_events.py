@@ -38,15 +38,16 @@ class RunEvents:
     def __init__(self, database: Database) -> None:
         self.database = database
         self.errors = database.errors
-        self._queued: list[_Batch] = []  # batches handed in while a write was under way: the next write's
-        self._writing = False
+        self._queued: list[_Batch] = []  # batches handed in and not taken by a write yet
+        self._writing: anyio.Event | None = None  # set when the write under way ends; None: none is
 
     async def append(self, run_id: str, bodies: Sequence[tuple[int, str]]) -> None:
         """Keep the run's events `bodies` (each its number and JSON body); one already kept is kept as it was.
 
-        Runs that append at once share a transaction: the first writes what is queued, and goes on writing what was
-        queued meanwhile until nothing is (shielded: it writes the others' too), so many runs cost a transaction or
-        two together, not one each.
+        Runs that append at once share a transaction: whoever finds no write under way writes everything queued
+        (shielded: the others' batches too), once; those queued meanwhile wait for it to end, and the first of them
+        writes the next round. So many runs cost a transaction or two together, not one each, and none waits longer
+        than two writes.
 
         Raises:
             errors: the database cannot be written.
@@ -55,27 +56,29 @@ class RunEvents:
             return
         batch = _Batch(run_id, list(bodies))
         self._queued.append(batch)
-        if not self._writing:
-            self._writing = True
+        while not batch.written.is_set():
+            if self._writing is not None:
+                await self._writing.wait()
+                continue
+            self._writing = anyio.Event()
+            taken, self._queued = self._queued, []
             try:
                 with anyio.CancelScope(shield=True):
-                    while self._queued:
-                        await self._write(self._queued)
-                        self._queued = [queued for queued in self._queued if not queued.written.is_set()]
+                    await self._write(taken)
             finally:
-                self._writing = False
-        await batch.written.wait()
+                ended, self._writing = self._writing, None
+                ended.set()
         if batch.error is not None:
             raise batch.error
 
     async def _write(self, batches: list[_Batch]) -> None:
-        taken = list(batches)
+        """Write `batches` in one transaction; each then says how it went to the run that handed it in."""
         try:
-            await anyio.to_thread.run_sync(self.database.run, _append_all, [(b.run_id, b.bodies) for b in taken])
-        except self.errors as exc:
-            for batch in taken:
+            await anyio.to_thread.run_sync(self.database.run, _append_all, [(b.run_id, b.bodies) for b in batches])
+        except Exception as exc:  # each run is told, as if it had written alone (a bug of ours too: never a hang)
+            for batch in batches:
                 batch.error = exc
-        for batch in taken:
+        for batch in batches:
             batch.written.set()
 
     async def last(self, run_id: str) -> int:
