@@ -311,6 +311,25 @@ def test_the_command_line_and_server_import_neither_rich_nor_greenlet(tmp_path: 
     assert result.stdout.split() == ["neither", "None", "stand-in-rich", "stand-in-greenlet"]
 
 
+@pytest.mark.parametrize("args", [["serve"], ["tools", "--json"]])
+def test_the_server_on_stdio_and_the_other_commands_import_no_uvicorn(tmp_path: Path, args: list[str]) -> None:
+    """The SDK's server imports sse_starlette, which imports uvicorn where it is installed only to wrap its signal
+    handler; commands that serve no HTTP import the SDK without it (meta_agent.shared.unimported). A stand-in on the
+    path leaves a mark where anything tried to import it."""
+    mark = tmp_path / "uvicorn-imported"
+    (tmp_path / "uvicorn").mkdir()
+    (tmp_path / "uvicorn" / "__init__.py").write_text(f"open({str(mark)!r}, 'w').close()\nraise ImportError\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    config = write_config(tmp_path, {})
+    command = [sys.executable, "-m", "meta_agent", *args, "--config", str(config)]
+    # stdin at its end: the server answers nobody and stops
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL
+    )
+    assert result.returncode == 0, result.stderr
+    assert not mark.exists()
+
+
 ATEXIT_PROBE = """
 import atexit, sys
 from meta_agent.cli.main import entry

@@ -30,6 +30,7 @@ from meta_agent.config.settings import load_settings, unknown_settings
 from meta_agent.errors import ConfigError, ModelNotConfigured
 from meta_agent.records.logs import configure_logging
 from meta_agent.shared.text import plural
+from meta_agent.shared.unimported import WITHOUT_HTTP_SERVER, hidden
 from meta_agent.store import trustfile
 from meta_agent.store.trustfile import TRUST_LEVELS, trust_path
 from meta_agent.version import __version__
@@ -357,14 +358,14 @@ def exit_now(code: int) -> NoReturn:
 
 
 def _command(args: argparse.Namespace) -> tuple[Command, tuple[signal.Signals, ...]]:
-    """The command to run, imported now (each brings the MCP SDK, and `serve` its server, with it), and the signals
-    that stop it."""
+    """The command to run, imported now (each brings the MCP SDK, `serve` its server), and the signals that stop it."""
     if args.command == "serve":
         from meta_agent.cli import serving
 
         command = serving.serve_on_http if args.transport == "http" else serving.serve_on_stdio
         return command, serving.keep_reload_signal(SIGNALS)
-    from meta_agent.cli import commands
+    with hidden(*WITHOUT_HTTP_SERVER):  # none of these serves HTTP (meta_agent.shared.unimported)
+        from meta_agent.cli import commands
 
     named = {
         "run": commands.run_task,

@@ -23,6 +23,7 @@ from meta_agent.config.servers import ServerEntry
 from meta_agent.config.settings import Settings
 from meta_agent.errors import ConfigError
 from meta_agent.records.otel_setup import exported
+from meta_agent.shared.unimported import WITHOUT_HTTP_SERVER, hidden
 
 MAX_PORT = 65535
 LISTEN_BACKLOG = 2048  # uvicorn's default: connections queue here while the server is still starting up
@@ -39,7 +40,8 @@ log = structlog.get_logger(__name__)
 @exported
 async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: dict[str, ServerEntry]) -> int:
     """Serve MCP on stdin and stdout until the host closes stdin or a signal stops it."""
-    from meta_agent.front.stdio.serve import serve_stdio
+    with hidden(*WITHOUT_HTTP_SERVER):  # (meta_agent.shared.unimported)
+        from meta_agent.front.stdio.serve import serve_stdio
 
     # Where the event loop cannot poll pipes (Windows) the SDK's own transport serves, which cannot tell the answers.
     server = _server(args, settings, servers, hold_children=sys.platform != "win32")

@@ -6,6 +6,11 @@ thread-local; the MCP SDK's server imports rich for a log handler that `logging.
 handler is in place. In an environment that has them for something else, that is tens of milliseconds of every start.
 `hidden` makes them unimportable for one import only, so a program that imports them later still can.
 
+The SDK's server also imports sse_starlette, which imports uvicorn where it is installed (it is: `serve --transport
+http` runs on it) only to wrap uvicorn's signal handler; the server on stdio and the other commands run no HTTP server,
+and ours over HTTP takes no signals (front/http/serve.py). `WITHOUT_HTTP_SERVER` is what those commands import the SDK
+without: 30 to 50 ms of their start.
+
 Standard library only: the command line imports this before anything else.
 """
 
@@ -14,6 +19,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+WITHOUT_HTTP_SERVER = ("uvicorn",)
 
 
 @contextmanager
