@@ -90,6 +90,87 @@ def test_a_failed_transaction_changes_nothing(database: Database) -> None:
     database.close()
 
 
+async def test_calls_from_the_event_loop_take_turns_on_one_thread_in_order(database: Database) -> None:
+    """`call` runs each transaction on the database's own thread, in the order handed in; an error reaches its caller
+    alone, as raised, and every other caller gets its own answer."""
+    threads: list[str] = []
+    order: list[int] = []
+
+    def insert(sql: Sql, i: int) -> int:
+        threads.append(threading.current_thread().name)
+        order.append(i)
+        if i == 13:
+            raise ValueError("thirteen")
+        sql.execute("insert into conversations (id, messages, updated) values (?, '[]', 'x')", (f"c{i:02}",))
+        return i
+
+    answers: dict[int, Any] = {}
+
+    async def one(i: int) -> None:
+        try:
+            answers[i] = await database.call(insert, i)
+        except ValueError as exc:
+            answers[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        for i in range(40):
+            tg.start_soon(one, i)
+    assert {i: a for i, a in answers.items() if i != 13} == {i: i for i in range(40) if i != 13}
+    assert str(answers[13]) == "thirteen"
+    assert set(threads) == {"meta-agent-database"}
+    assert order == list(range(40))  # the tasks handed them in in that order
+    assert await database.call(lambda sql: sql.one("select count(*) from conversations")) == (39,)
+    database.close()
+
+
+async def test_a_caller_cancelled_meanwhile_waits_for_its_transaction_to_end(tmp_path: Path) -> None:
+    """Like a worker thread's, a transaction handed in is waited for to its end: the call returns once it has
+    ended, what it wrote is there, and the caller's cancellation comes at its next checkpoint."""
+    database = SqliteDatabase(tmp_path / "state.sqlite3")
+    started, release = threading.Event(), threading.Event()
+
+    def slow(sql: Sql) -> None:
+        started.set()
+        assert release.wait(30)
+        sql.execute("insert into conversations (id, messages, updated) values ('slow', '[]', 'x')")
+
+    returned = False
+    with anyio.CancelScope() as scope:
+
+        async def cancel_once_started() -> None:
+            await anyio.to_thread.run_sync(started.wait, 30)
+            scope.cancel()
+            release.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_once_started)
+            await database.call(slow)
+            returned = True
+            await anyio.lowlevel.checkpoint()
+            pytest.fail("the cancellation did not come")
+    assert returned and scope.cancelled_caught
+    assert await database.call(lambda sql: sql.one("select count(*) from conversations")) == (1,)
+    database.close()
+
+
+async def test_the_database_thread_ends_when_idle_and_starts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No transaction for LANE_IDLE_SECONDS: the database's thread ends (an idle engine keeps no thread for it), and
+    the next call starts one again."""
+    from meta_agent.store import database as module
+
+    monkeypatch.setattr(module, "LANE_IDLE_SECONDS", 0.05)
+    database = SqliteDatabase(tmp_path / "state.sqlite3")
+    assert await database.call(version) == len(MIGRATIONS)
+    lane = database._lane
+    assert lane is not None
+    await anyio.to_thread.run_sync(lane.join, 30)
+    assert database._lane is None
+    assert await database.call(version) == len(MIGRATIONS)
+    database.close()
+
+
 def test_replicas_starting_together_migrate_once(database_url: str) -> None:
     replicas = [PostgresDatabase(database_url) for _ in range(4)]
     versions: list[int] = []

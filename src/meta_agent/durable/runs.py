@@ -248,7 +248,7 @@ class DurableRuns(Generic[C]):
         replica ran it, a cancel has nobody to tell but its task's row). Where the database cannot say, it goes on:
         its durable record refuses its next step if it was."""
         try:
-            return await anyio.to_thread.run_sync(self.index.database.run, task_cancelled, run_id)
+            return await self.index.database.call(task_cancelled, run_id)
         except self.index.database.errors as exc:
             log.warning("run_cancel_not_read", run_id=run_id, error=summary(exc))
             return False
@@ -276,7 +276,7 @@ class DurableRuns(Generic[C]):
         run_id = self._resumed.get(task) if task is not None else None
         if run_id is None:
             return RunSteps(can_ask=can_ask)
-        started, ended = await anyio.to_thread.run_sync(self.index.database.run, _record_times, run_id)
+        started, ended = await self.index.database.call(_record_times, run_id)
         return RunSteps(can_ask=can_ask, started=started, recorded=ended, resumed=True)
 
     async def _resume_lapsed(self) -> None:
@@ -320,9 +320,7 @@ class DurableRuns(Generic[C]):
             stranded = status.status == "ENQUEUED" and not ours and await self._queued_long(run_id)
             # PENDING elsewhere: `replica` ran it, or another replica took it from DBOS's queue and stopped before the
             # run's first write named it here (that write comes first, and the row was marked for a whole span since)
-            if (status.status == "PENDING" or stranded) and await anyio.to_thread.run_sync(
-                self.index.database.run, task_cancelled, run_id
-            ):
+            if (status.status == "PENDING" or stranded) and await self.index.database.call(task_cancelled, run_id):
                 await _cancelled(run_id)  # its MCP task was cancelled while no replica ran it
                 await self.index.given_up(run_id, "cancelled")
             elif stranded:
@@ -331,9 +329,7 @@ class DurableRuns(Generic[C]):
                 if not ours:
                     log.info("run_left_to_its_format", run_id=run_id, format=status.app_version)
                 await self._hand_on(run_id, status.executor_id)
-            elif status.status == "CANCELLED" and await anyio.to_thread.run_sync(
-                self.index.database.run, task_cancelled, run_id
-            ):
+            elif status.status == "CANCELLED" and await self.index.database.call(task_cancelled, run_id):
                 await self.index.given_up(run_id, "cancelled")  # its task was, while no replica ran it
             # ENQUEUED, of this format: DBOS gives it to a replica; ended: its row was left behind, its record says how
             elif status.status in ("SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
@@ -344,7 +340,7 @@ class DurableRuns(Generic[C]):
     async def _queued_long(self, run_id: str) -> bool:
         """Whether the run has been in DBOS's queue STRANDED_SECONDS since it was handed on, by the database's clock
         (replicas' clocks may disagree)."""
-        queued = await anyio.to_thread.run_sync(self.index.database.run, _queued_seconds, run_id)
+        queued = await self.index.database.call(_queued_seconds, run_id)
         return queued is not None and queued >= STRANDED_SECONDS
 
     async def _end_unresumable(self, run_id: str, version: str | None) -> None:

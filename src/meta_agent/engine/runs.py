@@ -305,7 +305,7 @@ class Runs:
         database failing is logged, never raised."""
         cutoff = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - older_than_days * 86400))
         try:
-            events, images = await anyio.to_thread.run_sync(self.database.run, _forget_ended, cutoff)
+            events, images = await self.database.call(_forget_ended, cutoff)
         except self.database.errors as exc:
             log.warning("views_not_pruned", error=one_line(str(exc), 300), database=self.database.label)
             return 0, 0

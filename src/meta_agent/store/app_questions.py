@@ -13,8 +13,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from meta_agent.store.database import Database, Sql
 
 
@@ -44,7 +42,7 @@ class AppQuestions:
         Raises:
             self.database.errors: the database cannot be written."""
         body = json.dumps(arguments, ensure_ascii=False, default=str)
-        await anyio.to_thread.run_sync(self.database.run, _ask, run_id, key, owner, step, name, body)
+        await self.database.call(_ask, run_id, key, owner, step, name, body)
 
     async def settle(self, run_id: str, key: str, owner: str | None, answer: Settled) -> tuple[Settled, bool] | None:
         """Answer `owner`'s (None: whoever's) open question `key` of `run_id` with `answer`: the answer it has now,
@@ -53,7 +51,7 @@ class AppQuestions:
         Raises:
             self.database.errors: the database cannot be reached.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _settle, run_id, key, owner, answer)
+        return await self.database.call(_settle, run_id, key, owner, answer)
 
     async def answer_of(self, run_id: str, key: str) -> Settled | None:
         """The question's answer, None while it is open.
@@ -61,7 +59,7 @@ class AppQuestions:
         Raises:
             self.database.errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _answer_of, run_id, key)
+        return await self.database.call(_answer_of, run_id, key)
 
     async def pending(self, run_id: str) -> list[Question]:
         """The run's open questions, oldest first.
@@ -69,7 +67,7 @@ class AppQuestions:
         Raises:
             self.database.errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _pending, run_id)
+        return await self.database.call(_pending, run_id)
 
 
 def _ask(sql: Sql, run_id: str, key: str, owner: str, step: int, name: str, body: str) -> None:

@@ -134,7 +134,7 @@ class Conversations:
         Raises:
             Database.errors: the store cannot be written.
         """
-        await anyio.to_thread.run_sync(self.database.run, _allow, conversation_id, sorted(tools), owner)
+        await self.database.call(_allow, conversation_id, sorted(tools), owner)
 
     @asynccontextmanager
     async def turn(
@@ -191,8 +191,8 @@ class Conversations:
         # ASCII escapes: a lone surrogate (a model's "\ud800") is no UTF-8, and the database would refuse the text.
         body = json.dumps(kept, default=jsonable)
         if turn.holder is None:
-            await anyio.to_thread.run_sync(self.database.run, _insert, turn.conversation_id, body, turn.owner)
-        elif not await anyio.to_thread.run_sync(self.database.run, _update, turn, body):
+            await self.database.call(_insert, turn.conversation_id, body, turn.owner)
+        elif not await self.database.call(_update, turn, body):
             raise ConversationLost(
                 f"conversation {turn.conversation_id!r}: another process took it over while this turn ran "
                 f"(its hold lapsed after {self.lease_seconds:g} s without renewal); this turn was not saved"
@@ -248,7 +248,7 @@ class Conversations:
         while True:
             await anyio.sleep(self.lease_seconds / RENEWALS_PER_LEASE)
             try:
-                held = await anyio.to_thread.run_sync(self.database.run, _extend, turn, self.lease_seconds)
+                held = await self.database.call(_extend, turn, self.lease_seconds)
             except (
                 self.database.errors
             ) as exc:  # the next renewal may get through; the save will tell if the hold lapsed
@@ -260,7 +260,7 @@ class Conversations:
 
     async def _release(self, conversation_id: str, holder: str | None) -> None:
         try:
-            await anyio.to_thread.run_sync(self.database.run, _let_go, conversation_id, holder)
+            await self.database.call(_let_go, conversation_id, holder)
         except self.database.errors as exc:  # the lease runs out by itself
             log.warning("conversation_not_released", conversation_id=conversation_id, error=str(exc))
 
@@ -271,7 +271,7 @@ class Conversations:
             ConfigError: the database cannot be opened or read, or its schema is newer than this code knows.
         """
         try:
-            return await anyio.to_thread.run_sync(self.database.run, work, *args)
+            return await self.database.call(work, *args)
         except self.database.errors as exc:
             raise ConfigError(f"{self.database.label}: cannot read the conversations store: {exc}") from None
 

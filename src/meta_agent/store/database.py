@@ -1,6 +1,7 @@
 """The database of meta-agent's shared state: embedded SQLite by default, PostgreSQL when `META_AGENT_DATABASE_URL`
 names one (README, Replicas on PostgreSQL), behind one small seam, `Database.run(work, *args)`: `work(sql, *args)` in
-one transaction on a worker thread, so the event loop never waits on the database. Statements are written once, with `?`
+one transaction, which the event loop awaits with `Database.call` (on the database's own thread: it never waits on the
+database). Statements are written once, with `?`
 placeholders, for both.
 
 The schema is a numbered list of migrations (`MIGRATIONS`); the version reached is the one row of `meta_agent_schema`,
@@ -13,12 +14,19 @@ psycopg is imported only when a PostgreSQL URL is given (about 135 ms).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
+import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+
+import anyio
 
 from meta_agent.errors import ConfigError
 from meta_agent.shared.text import first_line
@@ -33,6 +41,8 @@ SQLITE_CLOCK = "((julianday('now') - 2440587.5) * 86400.0)"
 # The owner of what callers off HTTP make (stdio, in memory, `meta-agent run`, a program embedding the engine): the
 # local user, who holds the database anyway; and of every row made before rows had owners.
 LOCAL_OWNER = "local"
+# Seconds a database's own thread waits for the next transaction before it ends (the next one starts it again).
+LANE_IDLE_SECONDS = 10.0
 
 
 class Contact:
@@ -197,7 +207,8 @@ MIGRATIONS: tuple[Callable[[Sql], None], ...] = (
 
 
 class Database:
-    """One connection, used on worker threads one transaction at a time."""
+    """One connection, used one transaction at a time: by `run` on the caller's thread, and by `call` on the
+    database's own thread, which takes the event loop's transactions in turn."""
 
     errors: tuple[type[Exception], ...]  # what a failing database raises
 
@@ -207,10 +218,54 @@ class Database:
         self.contact = Contact()
         self._connection: Any = None
         self._lock = threading.Lock()
+        self._calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self._lane: threading.Thread | None = None  # the database's own thread, while it has work
+        self._lane_lock = threading.Lock()
+
+    async def call(self, work: Callable[..., T], *args: Any) -> T:
+        """`run(work, *args)` on the database's own thread, awaited: the event loop goes on meanwhile.
+
+        The one connection takes one transaction at a time whatever the number of threads; so one thread takes them
+        in turn, in the order they came, each handed over once (a worker thread each cost twice the CPU under load,
+        contending for the connection's lock). As with `run` on a worker thread, a transaction once handed in is
+        waited for to its end, by a caller cancelled meanwhile too.
+
+        Raises:
+            As `run`.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+        self._calls.put((partial(contextvars.copy_context().run, self.run, work, *args), loop, done))
+        with self._lane_lock:
+            if self._lane is None:
+                self._lane = threading.Thread(target=self._take_calls, name="meta-agent-database", daemon=True)
+                self._lane.start()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait((done,))
+        return done.result()
+
+    def _take_calls(self) -> None:
+        """The database's own thread: each transaction handed to `call`, in turn, until none has come for
+        LANE_IDLE_SECONDS."""
+        while True:
+            try:
+                job, loop, done = self._calls.get(timeout=LANE_IDLE_SECONDS)
+            except queue.Empty:
+                with self._lane_lock:  # one handed in meanwhile finds this thread still here, or none
+                    if self._calls.empty():
+                        self._lane = None
+                        return
+                continue
+            try:
+                settle = partial(_settle, done, job(), None)
+            except BaseException as exc:  # the caller's, whatever it is: it must not wait for ever
+                settle = partial(_settle, done, None, exc)
+            with contextlib.suppress(RuntimeError):  # the caller's event loop has closed: nobody waits for it
+                loop.call_soon_threadsafe(settle)
 
     def run(self, work: Callable[..., T], *args: Any) -> T:
-        """`work(sql, *args)` in one transaction, on the caller's thread (callers use a worker thread); the schema
-        is brought up to date first.
+        """`work(sql, *args)` in one transaction, on the caller's thread (the event loop awaits `call` instead); the
+        schema is brought up to date first.
 
         Raises:
             ConfigError: the database's schema is newer than this code knows.
@@ -329,6 +384,18 @@ class PostgresDatabase(Database):
     def _transaction(self, connection: Any, work: Callable[..., T], *args: Any) -> T:
         with connection.transaction(), connection.cursor() as cursor:
             return work(Sql(cursor, postgres=True), *args)
+
+
+_Call = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+
+
+def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if done.done():  # (never cancelled while awaited, shielded: a loop torn down may have)
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(result)
 
 
 def now() -> str:

@@ -212,7 +212,7 @@ class SharedRounds:
     # -- below ------------------------------------------------------------------------------------------------------
 
     async def _run(self, work: Callable[..., Any], *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(self.database.run, work, *args)
+        return await self.database.call(work, *args)
 
     @asynccontextmanager
     async def _subscribed(self, parked_id: str) -> AsyncIterator[MemoryObjectReceiveStream[Note]]:

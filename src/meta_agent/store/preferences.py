@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import get_args
 
-import anyio
-
 from meta_agent.core.policy import TrustLevel
 from meta_agent.core.result import Mode
 from meta_agent.store.database import Database, Sql
@@ -48,7 +46,7 @@ class PreferenceStore:
         Raises:
             self.database.errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _read, owner)
+        return await self.database.call(_read, owner)
 
     async def set_tool(self, owner: str, tool: str, *, enabled: bool | None, trust: TrustLevel | None) -> None:
         """Switch `owner`'s `tool` on or off (`enabled`) and set its trust level (`trust`); None leaves either as is.
@@ -56,12 +54,12 @@ class PreferenceStore:
         Raises:
             self.database.errors: the database cannot be written.
         """
-        await anyio.to_thread.run_sync(self.database.run, _set_tool, owner, tool, enabled, trust)
+        await self.database.call(_set_tool, owner, tool, enabled, trust)
 
     async def set_mode(self, owner: str, mode: Mode) -> None:
         """Raises:
         self.database.errors: the database cannot be written."""
-        await anyio.to_thread.run_sync(self.database.run, _set_mode, owner, mode)
+        await self.database.call(_set_mode, owner, mode)
 
 
 def _read(sql: Sql, owner: str) -> Preferences:

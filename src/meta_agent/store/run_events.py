@@ -74,7 +74,7 @@ class RunEvents:
     async def _write(self, batches: list[_Batch]) -> None:
         """Write `batches` in one transaction; each then says how it went to the run that handed it in."""
         try:
-            await anyio.to_thread.run_sync(self.database.run, _append_all, [(b.run_id, b.bodies) for b in batches])
+            await self.database.call(_append_all, [(b.run_id, b.bodies) for b in batches])
         except Exception as exc:  # each run is told, as if it had written alone (a bug of ours too: never a hang)
             for batch in batches:
                 batch.error = exc
@@ -87,7 +87,7 @@ class RunEvents:
         Raises:
             errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _last, run_id)
+        return await self.database.call(_last, run_id)
 
     async def line(self, run_id: str) -> str | None:
         """The progress line of the run's latest event that has one (None: none kept yet).
@@ -95,7 +95,7 @@ class RunEvents:
         Raises:
             errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _line, run_id)
+        return await self.database.call(_line, run_id)
 
     async def page(self, run_id: str, after: int) -> tuple[list[tuple[int, str]], bool]:
         """The run's events numbered after `after`, in order, at most a page of them, and whether more follow.
@@ -103,7 +103,7 @@ class RunEvents:
         Raises:
             errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _page, run_id, after)
+        return await self.database.call(_page, run_id, after)
 
 
 def _append_all(sql: Sql, batches: list[tuple[str, list[tuple[int, str]]]]) -> None:

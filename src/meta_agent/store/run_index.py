@@ -155,7 +155,7 @@ class RunIndex:
         Raises:
             self.database.errors: the database cannot be reached.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _resumed, run_id)
+        return await self.database.call(_resumed, run_id)
 
     async def take_lapsed(self) -> list[tuple[str, str]]:
         """The runs still `running` whose mark lapsed (their replica stopped), each with the replica that ran it;
@@ -167,14 +167,14 @@ class RunIndex:
             self.database.errors: the database cannot be reached.
         """
         if not self.database.contact.steady_for(self.alive_seconds):
-            await anyio.to_thread.run_sync(self.database.run, _touch)
+            await self.database.call(_touch)
             return []
-        return await anyio.to_thread.run_sync(self.database.run, _take_lapsed, self.alive_seconds)
+        return await self.database.call(_take_lapsed, self.alive_seconds)
 
     async def read(self, run_id: str, *, owner: str | None = LOCAL_OWNER, images: bool = False) -> RunState | None:
         """The run's state, with its result's images where `images` asks for them (a run that is done); None: `owner`
         has no run with that id here (None: whoever's it is)."""
-        return await anyio.to_thread.run_sync(self.database.run, read_state, run_id, owner, images)
+        return await self.database.call(read_state, run_id, owner, images)
 
     async def by_call(self, call_key: str, task: str | None, *, owner: str) -> RunState | None:
         """`owner`'s newest run started by the call `call_key` (its connection and JSON-RPC id) whose task begins with
@@ -184,7 +184,7 @@ class RunIndex:
         Raises:
             self.database.errors: the database cannot be read.
         """
-        rows = await anyio.to_thread.run_sync(self.database.run, _by_call, call_key, owner)
+        rows = await self.database.call(_by_call, call_key, owner)
         found = [state(str(row[0]), row[1:]) for row in rows]
         return next((run for run in found if task is None or run.task.startswith(task)), None)
 
@@ -194,7 +194,7 @@ class RunIndex:
         Raises:
             self.database.errors: the database cannot be reached.
         """
-        rows = await anyio.to_thread.run_sync(self.database.run, _recent, limit, owner)
+        rows = await self.database.call(_recent, limit, owner)
         return [state(str(row[0]), row[1:]) for row in rows]
 
     async def others_among_newest(self, limit: int = 20, *, owner: str) -> int:
@@ -204,7 +204,7 @@ class RunIndex:
         Raises:
             self.database.errors: the database cannot be reached.
         """
-        row = await anyio.to_thread.run_sync(self.database.run, _others_among_newest, limit, owner)
+        row = await self.database.call(_others_among_newest, limit, owner)
         return int(row[0]) if row else 0
 
     async def _renew(self, run_id: str) -> None:
@@ -214,7 +214,7 @@ class RunIndex:
         while True:
             await anyio.sleep(min(RETRY_SECONDS, self.alive_seconds / 3) if failing else self.alive_seconds / 3)
             try:
-                await anyio.to_thread.run_sync(self.database.run, _alive, run_id, self.replica, self.alive_seconds)
+                await self.database.call(_alive, run_id, self.replica, self.alive_seconds)
             except self.database.errors as exc:
                 if not failing:
                     log.warning(
@@ -228,7 +228,7 @@ class RunIndex:
 
     async def _write(self, work: Any, *args: Any) -> None:
         try:
-            await anyio.to_thread.run_sync(self.database.run, work, *args)
+            await self.database.call(work, *args)
         except self.database.errors as exc:
             log.warning("run_index_not_written", error=one_line(str(exc)), database=self.database.label)
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-import anyio
-
 from meta_agent.store import result_images
 from meta_agent.store.database import Database, Sql, now
 from meta_agent.store.run_index import RunState, columns, state
@@ -45,7 +43,7 @@ class TaskRows:
         Raises:
             self.database.errors: the database cannot be written.
         """
-        await anyio.to_thread.run_sync(self.database.run, _create, task_id, owner, tool, ttl_ms)
+        await self.database.call(_create, task_id, owner, tool, ttl_ms)
 
     async def read(self, task_id: str, owner: str, *, images: bool = False) -> TaskRow | None:
         """The task, if `owner` owns it and it is kept still; else None, whichever of these it is. `images`: its
@@ -54,7 +52,7 @@ class TaskRows:
         Raises:
             self.database.errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _read, task_id, owner, images)
+        return await self.database.call(_read, task_id, owner, images)
 
     async def owned(self, task_id: str) -> tuple[str, TaskRow] | None:
         """The task `task_id` and whose it is (None: no task has that id, or it is no longer kept): for a run this
@@ -63,7 +61,7 @@ class TaskRows:
         Raises:
             self.database.errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _owned, task_id)
+        return await self.database.call(_owned, task_id)
 
     async def page(self, owner: str, after: str | None) -> tuple[list[TaskRow], str | None]:
         """`owner`'s tasks, oldest first, from the one after `after`; and the cursor of the next page (None: last).
@@ -71,7 +69,7 @@ class TaskRows:
         Raises:
             self.database.errors: the database cannot be read.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _page, owner, after)
+        return await self.database.call(_page, owner, after)
 
     async def cancel(self, task_id: str) -> None:
         """Mark the task cancelled.
@@ -79,7 +77,7 @@ class TaskRows:
         Raises:
             self.database.errors: the database cannot be written.
         """
-        await anyio.to_thread.run_sync(self.database.run, _cancel, task_id)
+        await self.database.call(_cancel, task_id)
 
     async def forget_expired(self) -> int:
         """Drop the tasks past their time whose runs are not running; how many.
@@ -87,7 +85,7 @@ class TaskRows:
         Raises:
             self.database.errors: the database cannot be written.
         """
-        return await anyio.to_thread.run_sync(self.database.run, _forget_expired)
+        return await self.database.call(_forget_expired)
 
 
 def _create(sql: Sql, task_id: str, owner: str, tool: str, ttl_ms: int) -> None:
