@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
 import pytest
 from conftest import openai_env
 from fake_llm import FakeLLM, openai_reply
 
 from meta_agent.config.settings import Settings
 from meta_agent.durable import quiet
+from meta_agent.durable.runs import DBOS_THREADS
 from meta_agent.engine import Engine
 
 pytestmark = pytest.mark.anyio
@@ -57,3 +59,30 @@ async def test_a_replica_on_postgresql_launches_dbos_quiet_and_its_runs_still_co
         assert result.answer == "Done."
         status = await DBOS.get_workflow_status_async(result.run_id)
         assert status is not None and status.status == "SUCCESS"
+
+
+async def test_runs_at_once_hand_dbos_statements_to_a_few_threads(
+    database_url: str, llm: FakeLLM, tmp_path: object
+) -> None:
+    """Left to its default, DBOS starts a thread for each statement waiting when none is free: dozens under a burst,
+    taking turns on the interpreter's lock (docs/replicas.md, "What durability costs"). A replica's runs use at most
+    DBOS_THREADS."""
+    import threading
+
+    from dbos._dbos import _get_dbos_instance
+
+    runs = 16
+    settings = Settings(model="openai:fake-model", database_url=database_url, trace_dir=tmp_path, lease_seconds=3)
+    for _ in range(runs):
+        llm.reply(openai_reply("Done."), delay=0.05)  # the runs overlap: each holds its start while the model answers
+    async with Engine(settings, {}, openai_env(llm)) as engine:
+        assert _get_dbos_instance()._executor._max_workers == DBOS_THREADS
+
+        async def one() -> None:
+            assert (await engine.run("Say done.", mode="agent")).answer == "Done."
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(runs):
+                tg.start_soon(one)
+        started = [t.name for t in threading.enumerate() if t.name.startswith("dbos-executor-")]
+        assert 0 < len(started) <= DBOS_THREADS, started
