@@ -284,18 +284,21 @@ def _where_it_goes(out: dict[str, Any], added: float, embedded: float) -> list[s
         f" this execution still owns the workflow, written). A run of this burst records {steps:.1f} steps (its"
         f" model turns, tool calls and conversation save), so {floor:.0f} ms of the {added:.0f} ms a durable run"
         f" adds is DBOS's floor; the rest, {added - floor:.0f} ms ({added / floor:.2f}× the floor in all, goal ≤ 1.5×),"
-        " is meta-agent's and the cost of running DBOS beside a busy event loop. A profile of a PostgreSQL replica"
-        " through these bursts (py-spy, sampling whichever thread holds the interpreter's lock, so CPU in Python on"
-        " every thread) puts 60% in the event loop's thread and the rest in DBOS's executor threads and the worker"
-        " threads of meta-agent's own store; by layer: asyncio and anyio 21%, SQLAlchemy 15%, psycopg 13%, thread"
-        " hand-offs 12%, meta-agent 10%, DBOS 8%, the model client 6%. The statements a run sends (PostgreSQL's"
-        " statement log over a burst): DBOS 4 a step and 3 a workflow, each step two transactions; meta-agent's own"
-        " were 12 transactions a run, 21 statements (the run's row at its start, a note per tool call, the"
-        " preferences it reads, the conversation, the run's end, one statement per event of its live feed and a look"
-        " for events a resumed run kept). The feed now writes a batch in one statement and a run that starts now"
-        " looks for nothing: 97 statements a run in all, from 110. Running 50 DBOS workflows at once costs DBOS"
-        " itself more per step than one after another (measured here at 1.0–1.6× over repeated runs: thread"
-        " hand-offs, its connection pool), which the floor above, like the goal, leaves out.",
+        " is meta-agent's and the cost of running DBOS beside a busy event loop. A profile of a PostgreSQL replica "
+        "through these bursts (py-spy, sampling whichever thread holds the interpreter's lock, so CPU in Python on "
+        "every thread) put 60% in the event loop's thread and the rest in DBOS's executor threads and the worker "
+        "threads of meta-agent's own store; by layer: asyncio and anyio 21%, SQLAlchemy 15%, psycopg 13%, thread "
+        "hand-offs 12%, meta-agent 10%, DBOS 8%, the model client 6%. A later one found dozens of DBOS executor "
+        "threads (DBOS leaves its pool unbounded) and a quarter of the CPU under its step records: DBOS now gets 4 "
+        "threads, and meta-agent's own transactions one thread of the database's, which took the ratio from 2.05× "
+        "to the figure above (durable/runs.py DBOS_THREADS, store/database.py Database.call). The statements a run "
+        "sends (PostgreSQL's statement log over a burst): DBOS 4 a step and 3 a workflow, each step two "
+        "transactions; meta-agent's own were 12 transactions a run, 21 statements (the run's row at its start, a "
+        "note per tool call, the preferences it reads, the conversation, the run's end, one statement per event of "
+        "its live feed and a look for events a resumed run kept). The feed now writes a batch in one statement and "
+        "a run that starts now looks for nothing: 97 statements a run in all, from 110. Running 50 DBOS workflows "
+        "at once costs DBOS itself more per step than one after another (measured here at 1.0–1.6× over repeated "
+        "runs: thread hand-offs, its connection pool), which the floor above, like the goal, leaves out.",
     ]
 
 
