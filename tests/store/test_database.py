@@ -36,6 +36,7 @@ from meta_agent.store.database import (
     Sql,
     SqliteDatabase,
     check,
+    one_statement,
 )
 from meta_agent.store.run_index import RunIndex
 
@@ -168,6 +169,27 @@ async def test_the_database_thread_ends_when_idle_and_starts_again(
     await anyio.to_thread.run_sync(lane.join, 30)
     assert database._lane is None
     assert await database.call(version) == len(MIGRATIONS)
+    database.close()
+
+
+def test_a_one_statement_work_is_a_transaction_by_itself_and_held_to_one_statement(database: Database) -> None:
+    """On PostgreSQL a work marked `one_statement` is sent without BEGIN and COMMIT: its statement starts its own
+    transaction (a statement after a BEGIN starts later than its transaction). A second statement raises."""
+
+    def alone(sql: Sql) -> Any:
+        return sql.one("select transaction_timestamp() = statement_timestamp()")
+
+    if database.postgres:
+        assert database.run(alone) == (False,)  # in a transaction begun by an earlier round trip
+        assert database.run(one_statement(alone)) == (True,)
+
+    @one_statement
+    def two(sql: Sql) -> None:
+        sql.execute("insert into conversations (id, messages, updated) values ('a', '[]', 'x')")
+        sql.execute("insert into conversations (id, messages, updated) values ('b', '[]', 'x')")
+
+    with pytest.raises(RuntimeError, match="second statement"):
+        database.run(two)
     database.close()
 
 

@@ -36,7 +36,7 @@ from meta_agent.core.messages import Message, jsonable
 from meta_agent.errors import ConfigError, ConversationLost
 from meta_agent.records.transcripts import answered, decode, trim
 from meta_agent.shared.ids import random_id
-from meta_agent.store.database import LOCAL_OWNER, Database, Sql, now
+from meta_agent.store.database import LOCAL_OWNER, Database, Sql, now, one_statement
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -336,6 +336,7 @@ def _let_go(sql: Sql, conversation_id: str, holder: str) -> None:
     )
 
 
+@one_statement
 def _insert(sql: Sql, conversation_id: str, body: str, owner: str) -> None:
     # a resumed durable run may save its new conversation again: the same transcript (never over another's)
     sql.execute(
@@ -346,6 +347,7 @@ def _insert(sql: Sql, conversation_id: str, body: str, owner: str) -> None:
     )
 
 
+@one_statement
 def _update(sql: Sql, turn: Turn, body: str) -> bool:
     """Save the turn's transcript if it still holds the conversation, and let it go; whether it did."""
     return (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from meta_agent.store.database import Database, Sql
+from meta_agent.store.database import Database, Sql, one_statement
 
 # At most this many events, and about this many characters of them, in one page a view reads.
 PAGE_EVENTS = 200
@@ -74,7 +74,9 @@ class RunEvents:
     async def _write(self, batches: list[_Batch]) -> None:
         """Write `batches` in one transaction; each then says how it went to the run that handed it in."""
         try:
-            await self.database.call(_append_all, [(b.run_id, b.bodies) for b in batches])
+            rows = [(b.run_id, b.bodies) for b in batches]
+            one = len(rows) == 1 and len(rows[0][1]) <= ROWS_AT_ONCE  # (a run writing alone: the usual case)
+            await self.database.call(_append_one if one else _append_all, rows)
         except Exception as exc:  # each run is told, as if it had written alone (a bug of ours too: never a hang)
             for batch in batches:
                 batch.error = exc
@@ -109,6 +111,12 @@ class RunEvents:
 def _append_all(sql: Sql, batches: list[tuple[str, list[tuple[int, str]]]]) -> None:
     for run_id, bodies in batches:
         _append(sql, run_id, bodies)
+
+
+@one_statement
+def _append_one(sql: Sql, batches: list[tuple[str, list[tuple[int, str]]]]) -> None:
+    """One run's batch of ROWS_AT_ONCE rows at most."""
+    _append_all(sql, batches)
 
 
 def _append(sql: Sql, run_id: str, bodies: list[tuple[int, str]]) -> None:

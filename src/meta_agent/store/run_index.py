@@ -35,7 +35,7 @@ from meta_agent.core.result import RunResult
 from meta_agent.errors import MetaAgentError, leaf, summary
 from meta_agent.shared.text import one_line
 from meta_agent.store import result_images
-from meta_agent.store.database import LOCAL_OWNER, Database, Sql, now
+from meta_agent.store.database import LOCAL_OWNER, Database, Sql, now, one_statement
 
 log = structlog.get_logger(__name__)
 
@@ -238,6 +238,7 @@ def _why(exc: BaseException) -> str:
     return one_line(str(exc)) if isinstance(exc, MetaAgentError) else summary(exc)
 
 
+@one_statement
 def _start(
     sql: Sql,
     run_id: str,
@@ -280,6 +281,7 @@ def _take_lapsed(sql: Sql, alive_seconds: float) -> list[tuple[str, str]]:
 # another replica took the run over) cannot renew, leave or end it under the one running it now.
 
 
+@one_statement
 def _alive(sql: Sql, run_id: str, replica: str, alive_seconds: float | None) -> None:
     """The run's mark, `alive_seconds` from now; None: lapsed at once (a run left for another replica)."""
     until = "0" if alive_seconds is None else f"{sql.clock} + ?"
@@ -289,6 +291,7 @@ def _alive(sql: Sql, run_id: str, replica: str, alive_seconds: float | None) -> 
     )
 
 
+@one_statement
 def _doing(sql: Sql, run_id: str, replica: str, step: str) -> None:
     sql.execute(
         "update runs set doing = ? where id = ? and status = 'running' and replica = ?", (step, run_id, replica)
