@@ -91,6 +91,19 @@ async def test_the_tools_and_their_annotations(client: Client) -> None:
     )
 
 
+async def test_a_tool_added_or_removed_later_is_called_as_listed(tmp_path: Path) -> None:
+    """Calls look their tool up among those listed, made once: a tool added after a call is found by the next one,
+    and one removed is an unknown tool again."""
+    server = build_server(Settings(model="openai:fake-model", trace_dir=tmp_path), {})
+    async with Client(server) as client:
+        assert (await client.call_tool("agent", {})).is_error  # a call: the tools listed for it are kept
+        server.add_tool(lambda: "late", name="late")
+        assert (await client.call_tool("late", {})).content[0].text == "late"  # type: ignore[union-attr]
+        server.remove_tool("late")
+        with pytest.raises(Exception, match="late"):
+            await client.call_tool("late", {})
+
+
 async def test_agent_answers_with_text_structure_and_progress(client: Client, llm: FakeLLM) -> None:
     llm.reply(openai_reply(None, ("c1", "time__get_current_time", {"timezone": "Asia/Tokyo"})))
     llm.reply(openai_reply("It is evening in Tokyo.", usage=(40, 8)))

@@ -91,6 +91,7 @@ class MetaAgentServer(MCPServer[Front]):
         self._open_engine = open_engine
         self.subscribers = ToolboxSubscribers(TOOLBOX_URI)
         self._shared_key = SharedKey() if shared_state else None
+        self._tools: dict[str, t.Tool] | None = None  # by name, as listed: made again when a tool is added or removed
         # The SDK's server sets up a rich log handler, which logging.basicConfig drops where logging is set up already
         # (by the command line, or the program that embeds us): rich need not be imported for it then.
         skip_rich = hidden("rich") if logging.getLogger().handlers else nullcontext()
@@ -217,7 +218,17 @@ class MetaAgentServer(MCPServer[Front]):
         tool and the caller does not show apps (front/apps/listing.py); either is an unknown tool to it."""
         if name in UI_TOOLS and (context is None or not shows_apps(context)):
             return None
-        return next((tool for tool in await self.list_tools() if tool.name == name), None)
+        if self._tools is None:  # each call looks its tool up: not made again from the registrations every time
+            self._tools = {tool.name: tool for tool in await self.list_tools()}
+        return self._tools.get(name)
+
+    def add_tool(self, *args: Any, **kwargs: Any) -> None:
+        self._tools = None
+        super().add_tool(*args, **kwargs)
+
+    def remove_tool(self, name: str) -> None:
+        self._tools = None
+        super().remove_tool(name)
 
     async def get_prompt(
         self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
