@@ -1,8 +1,7 @@
 """The database of meta-agent's shared state: embedded SQLite by default, PostgreSQL when `META_AGENT_DATABASE_URL`
 names one (README, Replicas on PostgreSQL), behind one small seam, `Database.run(work, *args)`: `work(sql, *args)` in
 one transaction, which the event loop awaits with `Database.call` (on the database's own thread: it never waits on the
-database). Statements are written once, with `?`
-placeholders, for both.
+database). Statements are written once, with `?` placeholders, for both.
 
 The schema is a numbered list of migrations (`MIGRATIONS`); the version reached is the one row of `meta_agent_schema`,
 and opening a database applies the ones it lacks, in one transaction that holds a lock, so replicas starting together
