@@ -6,13 +6,15 @@ connection cap of CAP and REQUEST_TIMEOUT seconds for a request to arrive whole.
 twice CAP connections that send half a request's head (while they stay open, /health answers: the longest waiting
 is closed for a new one), a connection that sends nothing, one that trickles its head a byte at a time, and one that
 sends a head and then a body far slower than MIN_BODY_RATE. Each of the last three is closed by the server within a
-bound (the first two answered 408), and /health answers after them all. Each connection closed for the cap is a
+bound (the first two answered 408), and /health answers after them all. Then connections reset as soon as they are
+made, each of which gives its place under the cap back. Each connection closed for the cap is a
 warning (held to one a second by the log's repeat limit when rendered).
 """
 
 from __future__ import annotations
 
 import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -46,6 +48,7 @@ SLOW_BODY_HEAD = (
     b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
 )
 TOO_SLOW = b"HTTP/1.1 408 "
+HEALTH_THEN_CLOSE = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
 
 
 @asynccontextmanager
@@ -79,6 +82,17 @@ async def connected(port: int, stack: AsyncExitStack, sent: bytes = b"") -> anyi
     return stream
 
 
+def closed_at_cap() -> int:
+    """The connections closed for the cap so far, as the log says."""
+    return sum(event.get("event") == "http_connection_closed_at_cap" for event in LOG)
+
+
+def reset_at_once(port: int) -> None:
+    """A connection to the server, reset (RST, not FIN) as soon as it is made."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
 async def answer_then_closed(stream: anyio.abc.SocketStream, trickled: bytes = b"") -> bytes:
     """What the server sends before it closes the connection (within CLOSED_WITHIN), `trickled` sent meanwhile a
     byte at a time until it does."""
@@ -104,7 +118,7 @@ async def answer_then_closed(stream: anyio.abc.SocketStream, trickled: bytes = b
 async def test_hostile_http(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "REQUEST_TIMEOUT", REQUEST_TIMEOUT)
     monkeypatch.setattr(limits, "connection_cap", lambda: CAP)
-    async with group("hostile_http", CATEGORY), served(llm) as port, injecting(CATEGORY, 4) as faults:
+    async with group("hostile_http", CATEGORY), served(llm) as port, injecting(CATEGORY, 5) as faults:
         async with AsyncExitStack() as stack:
             for _ in range(2 * CAP):
                 await connected(port, stack, HALF_A_HEAD)
@@ -122,3 +136,23 @@ async def test_hostile_http(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> No
             assert b"200 OK" not in await answer_then_closed(slow_body, b"{" * 200)
             faults.handled()
         assert await health(port) == 200
+        # Callers that reset their connection as soon as it is made: each gives its place under the cap back, so CAP - 1
+        # half-sent requests and a /health fit after them without a connection closed for the cap. Tried again within
+        # CLOSED_WITHIN, since the server sees the resets a little later; each try waits until the server has closed
+        # its own connections, so a place that never came back fails every try.
+        for _ in range(3 * CAP):
+            reset_at_once(port)
+        closed: list[int] = []
+        with anyio.move_on_after(CLOSED_WITHIN):
+            while not closed or closed[-1] > 0:
+                closed_before = closed_at_cap()
+                async with AsyncExitStack() as stack:
+                    held = [await connected(port, stack, HALF_A_HEAD) for _ in range(CAP - 1)]
+                    probe = await connected(port, stack, HEALTH_THEN_CLOSE)
+                    assert (await answer_then_closed(probe)).startswith(b"HTTP/1.1 200 ")
+                    for stream in held:  # the server closes each on its end of stream (no request will come)
+                        await stream.send_eof()
+                        await answer_then_closed(stream)
+                closed.append(closed_at_cap() - closed_before)
+        assert closed and closed[-1] == 0, closed
+        faults.handled()

@@ -37,8 +37,9 @@ CPU_WINDOW = 3.0  # seconds over which the server's CPU time is measured
 CPU_BOUND = 0.3
 OVER_THE_LIMIT = 40  # connections made once the server's limit is just above what it holds
 FDS_TO_SPARE = 4  # descriptors left to the server under its lowered limit
-# Failed accept() calls while out of descriptors: asyncio retries once a second, so a few over the window. Today's
-# loop makes thousands (it calls again after a failure, up to the listen backlog's 2,048, and retries each).
+# Failed accept() calls while out of descriptors: the accept loop rests a second after each, so a few over the window.
+# asyncio's own loop made thousands (it calls again after a failure, up to the listen backlog's 2,048, and retries
+# each).
 ACCEPTS_FAILED_BOUND = 3 * CPU_WINDOW
 
 
@@ -117,11 +118,16 @@ def test_a_server_out_of_descriptors_backs_off_and_answers_once_they_are_back(tm
             resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
         status, took = health_within(port, HEALTH_BOUND)
         failed = failed_accepts(tmp_path / "serve.log")
-        assert (share < CPU_BOUND, failed <= ACCEPTS_FAILED_BOUND, status) == (True, True, 200), (share, failed, took)
+        # it did run out (the lines are there to count), and rested between its tries
+        assert (share < CPU_BOUND, 1 <= failed <= ACCEPTS_FAILED_BOUND, status) == (True, True, 200), (
+            share,
+            failed,
+            took,
+        )
 
 
 def failed_accepts(log: Path) -> int:
     """The accept() calls that failed for want of descriptors, as the server's log counts them (each line written,
     and the repeats it says were held back before it)."""
-    lines = [json.loads(line) for line in log.read_text().splitlines() if "out of system resource" in line]
+    lines = [json.loads(line) for line in log.read_text().splitlines() if "http_accept_failed" in line]
     return sum(1 + line.get("repeated", 0) for line in lines)

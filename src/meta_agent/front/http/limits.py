@@ -4,27 +4,26 @@ to arrive whole, and an accept loop that rests when the process is out of descri
 
 uvicorn bounds none of these: its `limit_concurrency` answers 503 to a request that has arrived whole (a connection
 that sends half a request counts against nothing), its `timeout_keep_alive` runs only between requests (and a byte
-of the next one stops it), and h11 bounds a request's head in size (16 KB), not in time. asyncio's accept loop
-(Python 3.11) goes on calling accept() after EMFILE, up to the listen backlog's count each time the socket is ready,
-and schedules a retry for each failure: retries that multiply into tens of thousands of failed calls a second.
+of the next one stops it), and h11 bounds a request's head in size (16 KB), not in time. Nor does asyncio's accept
+loop (Python 3.11): it goes on calling accept() after EMFILE, up to the listen backlog's count each time the socket
+is ready, and schedules a retry for each failure (tens of thousands of failed calls a second).
 
-So the listening sockets and uvicorn's h11 protocol are wrapped here. `_Listener.accept` rests after an EMFILE
-until asyncio's own retry, a second later, and keeps the connections it has accepted under the cap: past it, it
-closes the connection that has waited longest for its request to arrive whole (it is the likeliest to be one that
-never will), or, when every connection holds a whole request, answers 503 to those that come. `BoundedH11` gives
-each request `REQUEST_TIMEOUT` seconds to arrive, and more as its body arrives (at `MIN_BODY_RATE`); then 408.
+So the accept loop is ours (`Accepting`): it waits for the listening socket to be readable (`add_reader`), accepts,
+and hands each connection to the event loop (`connect_accepted_socket`), relying on no private behaviour of asyncio.
+It rests for `ACCEPT_RETRY_DELAY` after an accept that failed, and keeps the connections open under the cap: a
+connection past it takes the place of the one that has waited longest for its request to arrive whole (the likeliest
+to be one that never will), or, when every connection has its request, is answered 503. `BoundedH11` gives each
+request `REQUEST_TIMEOUT` seconds to arrive, and more as its body arrives (at `MIN_BODY_RATE`); then 408.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import socket
 import sys
-import time
-from asyncio.constants import ACCEPT_RETRY_DELAY
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import h11
 import structlog
@@ -39,10 +38,10 @@ MIN_CONNECTIONS = 8  # connections allowed however low the file limit: a server 
 # sends its head at once; one that trickles it, or sends nothing, holds a descriptor for nothing.
 REQUEST_TIMEOUT = 10.0
 MIN_BODY_RATE = 10_000  # bytes a second: each byte of a request adds 1/MIN_BODY_RATE s to its time limit
-# Errors of accept() that say the process (or system) is out of a resource: asyncio retries after ACCEPT_RETRY_DELAY.
-_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-_SWEEP_FROM = 64  # accepted sockets counted before the closed ones are first let go of
-_REFUSED_AT_ONCE = 64  # connections refused in one turn of the event loop: other work goes on between turns
+# Seconds the accept loop rests after an accept() that failed, which is most likely for want of descriptors (asyncio's
+# own delay): the connections already open may end meanwhile and give theirs back.
+ACCEPT_RETRY_DELAY = 1.0
+_ACCEPTED_AT_ONCE = 128  # connections accepted (or refused) in one turn of the event loop; other work runs between
 _REFUSED = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 _TOO_SLOW = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
@@ -60,22 +59,17 @@ def connection_cap() -> int:
 
 
 class Admission:
-    """What the listening sockets and the connections of one server share: the sockets accepted (a descriptor each
-    until closed), and the connections waiting for a request to arrive whole, the longest waiting first."""
+    """What the listening sockets and the connections of one server share: how many connections are open (counted
+    from their accept to their close, or their eviction), and those waiting for a request to arrive whole, the
+    longest waiting first."""
 
     def __init__(self) -> None:
-        self.accepted: set[socket.socket] = set()
+        self.open = 0
         self.waiting: dict[BoundedH11, None] = {}
-        self._sweep_at = _SWEEP_FROM
 
     def full(self) -> bool:
-        """Whether the accepted sockets still open are as many as the cap. Those closed are let go of when the set
-        reaches the cap, or twice its size after the last time (so that it cannot grow without a cap)."""
-        cap = connection_cap()
-        if len(self.accepted) >= min(cap, self._sweep_at):
-            self.accepted = {sock for sock in self.accepted if sock.fileno() != -1}
-            self._sweep_at = 2 * len(self.accepted) + _SWEEP_FROM
-        return len(self.accepted) >= cap
+        """Whether the connections open are as many as the cap."""
+        return self.open >= connection_cap()
 
     def evict(self) -> bool:
         """Close the connection that has waited longest for its request; False if none is waiting."""
@@ -90,52 +84,91 @@ class Admission:
         log.warning("http_connection_closed_at_cap", cap=connection_cap(), how=how)
 
 
-class _Listener(socket.socket):
-    """A listening socket whose accept() rests after running out of descriptors and keeps to the connection cap."""
+class Accepting:
+    """The accept loop of one listening socket (taken over: closed by `close`; its queue made `backlog` long), handing
+    each connection it accepts to a protocol of `protocol_factory`, a `BoundedH11`, within the cap of `admission`.
+    Stands for the asyncio `Server` that uvicorn would have made, as far as uvicorn uses one (`close`,
+    `wait_closed`)."""
 
-    admission: Admission
-    _rests_until = 0.0
+    def __init__(
+        self, sock: socket.socket, admission: Admission, protocol_factory: Callable[[], BoundedH11], backlog: int
+    ) -> None:
+        sock.listen(backlog)  # as the event loop's own server would: the socket may have been made with a short one
+        self._sock = sock
+        self._admission = admission
+        self._protocol = protocol_factory
+        self._loop = asyncio.get_running_loop()
+        self._connecting: set[asyncio.Task[None]] = set()
+        self._resting: asyncio.TimerHandle | None = None
+        sock.setblocking(False)
+        self._loop.add_reader(sock.fileno(), self._ready)
 
-    def accept(self) -> tuple[socket.socket, Any]:
-        if time.monotonic() < self._rests_until:
-            raise BlockingIOError  # asyncio stops accepting until its retry
-        if self.admission.full():
-            if self.admission.evict():
-                raise ConnectionAbortedError  # asyncio accepts again on its next turn, the evicted one closed by then
-            self._refuse_some()
-        conn, address = self._accepted()
-        self.admission.accepted.add(conn)
-        return conn, address
+    def close(self) -> None:
+        """Stop accepting and close the listening socket; connections already handed on are uvicorn's to end."""
+        if self._sock.fileno() == -1:
+            return
+        if self._resting is not None:
+            self._resting.cancel()
+        else:
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
 
-    def _accepted(self) -> tuple[socket.socket, Any]:
+    async def wait_closed(self) -> None:
+        """Until the connections accepted have been handed on (or failed to be)."""
+        if self._connecting:
+            await asyncio.wait(self._connecting)
+
+    def _ready(self) -> None:
+        """The listening socket is readable: accept what waits, for this turn of the loop. A connection past the cap
+        takes the place of the one that has waited longest for its request, or, if every connection has its
+        request, is answered 503 and closed."""
+        for _ in range(_ACCEPTED_AT_ONCE):
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return  # none waits (or the one that did has gone)
+            except OSError as exc:  # out of descriptors (EMFILE, ENFILE), of memory, or refused by the system
+                self._rest(exc)
+                return
+            if self._admission.full() and not self._admission.evict():
+                with conn, suppress(OSError):  # OSError: the caller is gone
+                    conn.send(_REFUSED)
+                self._admission.closed_at_cap("refused with 503: every connection has its request")
+                continue
+            self._admission.open += 1
+            task = self._loop.create_task(self._hand_on(conn))
+            self._connecting.add(task)
+            task.add_done_callback(self._connecting.discard)
+
+    async def _hand_on(self, conn: socket.socket) -> None:
+        """`conn` to the event loop's transport and a protocol of its own; its place freed if that fails."""
         try:
-            return super().accept()
-        except OSError as exc:
-            if exc.errno in _OUT_OF_RESOURCES:
-                # asyncio calls again at once, and retries after its delay: fail once, then rest until that retry
-                self._rests_until = time.monotonic() + ACCEPT_RETRY_DELAY / 2
+            protocol = self._protocol()
+        except BaseException:
+            conn.close()
+            self._admission.open -= 1
             raise
+        protocol.admitted = True
+        try:
+            conn.setblocking(False)
+            await self._loop.connect_accepted_socket(lambda: protocol, conn)
+        except BaseException as exc:
+            conn.close()
+            protocol.release()
+            if not isinstance(exc, OSError):  # OSError: the caller went before its connection was set up
+                raise
 
-    def _refuse_some(self) -> None:
-        """Answer 503 to the connections waiting to be accepted, closing each at once, `_REFUSED_AT_ONCE` at most.
+    def _rest(self, exc: OSError) -> None:
+        """accept() failed (out of descriptors, most likely): stop accepting for ACCEPT_RETRY_DELAY, and say so (a
+        line a second at most, however many come: records.log_repeats)."""
+        log.warning("http_accept_failed", error=exc.strerror or str(exc), retry_in=ACCEPT_RETRY_DELAY)
+        self._loop.remove_reader(self._sock.fileno())
+        self._resting = self._loop.call_later(ACCEPT_RETRY_DELAY, self._resume)
 
-        Raises:
-            BlockingIOError: none is left to accept (what accept() raises then).
-            ConnectionAbortedError: some may be left (asyncio tries again on its next turn).
-        """
-        for _ in range(_REFUSED_AT_ONCE):
-            conn, _ = self._accepted()
-            with conn, suppress(OSError):  # OSError: the caller is gone
-                conn.send(_REFUSED)
-            self.admission.closed_at_cap("refused with 503: every connection has its request")
-        raise ConnectionAbortedError
-
-
-def listener(sock: socket.socket, admission: Admission) -> socket.socket:
-    """`sock`, a listening socket, as one that keeps to the cap of `admission` (`sock` itself is left closed)."""
-    wrapped = _Listener(sock.family, sock.type, sock.proto, fileno=sock.detach())
-    wrapped.admission = admission
-    return wrapped
+    def _resume(self) -> None:
+        self._resting = None
+        if self._sock.fileno() != -1:
+            self._loop.add_reader(self._sock.fileno(), self._ready)
 
 
 class BoundedH11(H11Protocol):
@@ -143,6 +176,7 @@ class BoundedH11(H11Protocol):
     for each server (`bounded_h11`)."""
 
     admission: ClassVar[Admission]
+    admitted = False  # counted in `admission.open` until released
     _deadline: asyncio.TimerHandle | None = None
     _due = 0.0
 
@@ -157,11 +191,19 @@ class BoundedH11(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._stop_waiting()
+        self.release()
 
     def evict(self) -> None:
-        """Close the connection now, without an answer."""
+        """Close the connection now, without an answer; its place is free at once."""
         self._stop_waiting()
+        self.release()
         self.transport.abort()
+
+    def release(self) -> None:
+        """Give the connection's place under the cap back, once however often it is called."""
+        if self.admitted:
+            self.admitted = False
+            self.admission.open -= 1
 
     def _follow(self, received: int) -> None:
         """Start, extend or stop the time limit after `received` bytes, as the request now stands."""

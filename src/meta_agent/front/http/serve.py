@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,7 +26,7 @@ import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
-from meta_agent.front.http.limits import Admission, bounded_h11, listener
+from meta_agent.front.http.limits import Accepting, Admission, BoundedH11, bounded_h11
 from meta_agent.shared.urls import loggable_url
 
 # Requests still running when a stop begins get this long to finish before they are cancelled: an open SSE stream (a
@@ -52,7 +53,25 @@ class StartupFailed(Exception):
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, leaving the signals to its caller."""
+    """uvicorn's server, leaving the signals to its caller, and accepting connections with an accept loop of ours
+    (`limits.Accepting`) where the event loop can watch a socket (not Windows', which keeps uvicorn's own)."""
+
+    def __init__(self, config: uvicorn.Config, admission: Admission, http: type[BoundedH11]) -> None:
+        super().__init__(config)
+        self._admission = admission
+        self._http = http  # config's http_protocol_class, typed
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if sys.platform == "win32" or not sockets:
+            await super().startup(sockets)
+            return
+        await super().startup([])  # the lifespan's startup, and no socket of uvicorn's own
+
+        def protocol() -> BoundedH11:
+            return self._http(config=self.config, server_state=self.server_state, app_state=self.lifespan.state)
+
+        backlog = self.config.backlog
+        self.servers = [Accepting(sock, self._admission, protocol, backlog) for sock in sockets]  # type: ignore[misc]
 
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -68,13 +87,11 @@ async def serve_http(app: ASGIApp, sockets: list[socket.socket]) -> None:
     """
     logging.getLogger("uvicorn.access").addFilter(_PATH_ONLY)
     admission = Admission()
-    sockets = [listener(sock, admission) for sock in sockets]
     # uvicorn's own limit_concurrency is not set: it answers 503 only to a request that has arrived whole, which a
     # connection holding a descriptor need never send; the admission caps connections as they are accepted.
-    config = uvicorn.Config(
-        app, http=bounded_h11(admission), log_config=None, lifespan="on", timeout_graceful_shutdown=STOP_GRACE
-    )
-    server = _Server(config)
+    http = bounded_h11(admission)
+    config = uvicorn.Config(app, http=http, log_config=None, lifespan="on", timeout_graceful_shutdown=STOP_GRACE)
+    server = _Server(config, admission, http)
     failed = False
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_when_cancelled, server)
