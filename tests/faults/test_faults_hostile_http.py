@@ -7,8 +7,8 @@ twice CAP connections that send half a request's head (while they stay open, /he
 is closed for a new one), a connection that sends nothing, one that trickles its head a byte at a time, and one that
 sends a head and then a body far slower than MIN_BODY_RATE. Each of the last three is closed by the server within a
 bound (the first two answered 408), and /health answers after them all. Then connections reset as soon as they are
-made, each of which gives its place under the cap back. Each connection closed for the cap is a
-warning (held to one a second by the log's repeat limit when rendered).
+made, and WebSocket upgrades (answered as plain requests), each of which gives its place under the cap back. Each
+connection closed for the cap is a warning (held to one a second by the log's repeat limit when rendered).
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ SLOW_BODY_HEAD = (
     b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
 )
 TOO_SLOW = b"HTTP/1.1 408 "
+WEBSOCKET_UPGRADE = (
+    b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
 HEALTH_THEN_CLOSE = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
 
 
@@ -136,12 +140,19 @@ async def test_hostile_http(llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> No
             assert b"200 OK" not in await answer_then_closed(slow_body, b"{" * 200)
             faults.handled()
         assert await health(port) == 200
-        # Callers that reset their connection as soon as it is made: each gives its place under the cap back, so CAP - 1
-        # half-sent requests and a /health fit after them without a connection closed for the cap. Tried again within
+        # Callers that reset their connection as soon as it is made, or ask for a WebSocket: each gives its place under
+        # the cap back (an upgrade's too, once its time limit has passed), so CAP - 1 half-sent requests and a
+        # /health fit after them without a connection closed for the cap. Tried again within
         # CLOSED_WITHIN, since the server sees the resets a little later; each try waits until the server has closed
         # its own connections, so a place that never came back fails every try.
         for _ in range(3 * CAP):
             reset_at_once(port)
+        for _ in range(CAP):  # and WebSocket upgrades, which nothing here speaks: answered as plain requests
+            async with await anyio.connect_tcp("127.0.0.1", port) as upgrade:
+                await upgrade.send(WEBSOCKET_UPGRADE)
+                assert (await upgrade.receive()).startswith(b"HTTP/1.1 ")
+        async with await anyio.connect_tcp("127.0.0.1", port) as silent:  # its 408 comes after their time limits
+            assert (await answer_then_closed(silent)).startswith(TOO_SLOW)
         closed: list[int] = []
         with anyio.move_on_after(CLOSED_WITHIN):
             while not closed or closed[-1] > 0:

@@ -130,15 +130,23 @@ class Accepting:
             except OSError as exc:  # out of descriptors (EMFILE, ENFILE), of memory, or refused by the system
                 self._rest(exc)
                 return
-            if self._admission.full() and not self._admission.evict():
-                with conn, suppress(OSError):  # OSError: the caller is gone
-                    conn.send(_REFUSED)
-                self._admission.closed_at_cap("refused with 503: every connection has its request")
-                continue
-            self._admission.open += 1
-            task = self._loop.create_task(self._hand_on(conn))
-            self._connecting.add(task)
-            task.add_done_callback(self._connecting.discard)
+            if self._admission.full():
+                if not self._admission.evict():
+                    with conn, suppress(OSError):  # OSError: the caller is gone
+                        conn.send(_REFUSED)
+                    self._admission.closed_at_cap("refused with 503: every connection has its request")
+                    continue
+                # The evicted socket closes on the loop's next turn: this one goes on, the next wait for that turn,
+                # so evictions never hold more descriptors open than the cap and one.
+                self._hand_on_soon(conn)
+                return
+            self._hand_on_soon(conn)
+
+    def _hand_on_soon(self, conn: socket.socket) -> None:
+        self._admission.open += 1
+        task = self._loop.create_task(self._hand_on(conn))
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
 
     async def _hand_on(self, conn: socket.socket) -> None:
         """`conn` to the event loop's transport and a protocol of its own; its place freed if that fails."""
@@ -189,9 +197,16 @@ class BoundedH11(H11Protocol):
         self._follow(len(data))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self._stop_waiting()
-        self.release()
+        try:
+            super().connection_lost(exc)
+        finally:
+            self._stop_waiting()
+            self.release()
+
+    def _should_upgrade(self) -> bool:
+        """Never: nothing here speaks WebSocket, and an upgraded connection would end under another protocol,
+        keeping its place under the cap for good. An upgrade request is answered as the plain request it also is."""
+        return False
 
     def evict(self) -> None:
         """Close the connection now, without an answer; its place is free at once."""
