@@ -56,10 +56,9 @@ class _Server(uvicorn.Server):
     """uvicorn's server, leaving the signals to its caller, and accepting connections with an accept loop of ours
     (`limits.Accepting`) where the event loop can watch a socket (not Windows', which keeps uvicorn's own)."""
 
-    def __init__(self, config: uvicorn.Config, admission: Admission, http: type[BoundedH11]) -> None:
+    def __init__(self, config: uvicorn.Config, http: type[BoundedH11]) -> None:
         super().__init__(config)
-        self._admission = admission
-        self._http = http  # config's http_protocol_class, typed
+        self._http = http  # config's http_protocol_class, typed; its `admission` is the sockets' too
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         if sys.platform == "win32" or not sockets:
@@ -71,7 +70,7 @@ class _Server(uvicorn.Server):
             return self._http(config=self.config, server_state=self.server_state, app_state=self.lifespan.state)
 
         backlog = self.config.backlog
-        self.servers = [Accepting(sock, self._admission, protocol, backlog) for sock in sockets]  # type: ignore[misc]
+        self.servers = [Accepting(sock, self._http.admission, protocol, backlog) for sock in sockets]  # type: ignore[misc]
 
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -86,12 +85,11 @@ async def serve_http(app: ASGIApp, sockets: list[socket.socket]) -> None:
         StartupFailed: the app's lifespan failed to start.
     """
     logging.getLogger("uvicorn.access").addFilter(_PATH_ONLY)
-    admission = Admission()
     # uvicorn's own limit_concurrency is not set: it answers 503 only to a request that has arrived whole, which a
     # connection holding a descriptor need never send; the admission caps connections as they are accepted.
-    http = bounded_h11(admission)
+    http = bounded_h11(Admission())
     config = uvicorn.Config(app, http=http, log_config=None, lifespan="on", timeout_graceful_shutdown=STOP_GRACE)
-    server = _Server(config, admission, http)
+    server = _Server(config, http)
     failed = False
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_when_cancelled, server)
