@@ -35,6 +35,10 @@ START_TIMEOUT = 60
 # The commit whose CPU per run issue 15 set out to halve: the code before that work.
 BASELINE = "f50f249"
 OURS, THEIRS = "meta-agent", f"meta-agent at {BASELINE} (baseline)"
+# The floor: the same burst served by a bare SDK server that makes the same model requests and child calls with the
+# same libraries (bare_agent.py), in one process, and in two (a sessionless server, so either process takes any
+# request). What a run costs below these is not meta-agent's to cut.
+FLOOR = {"bare SDK server (the floor)": 1, "bare SDK server, 2 processes": 2}
 MODES = {"2025-11-25 session": "legacy", "2026-07-28 (no session)": "auto"}
 
 
@@ -71,6 +75,19 @@ def _serving(
     by `launcher`, what follows the interpreter on the command line before the command's arguments."""
     args = ["serve", "--transport", "http", "--port", str(port), "--config", str(config), "--log-level", "warning"]
     server = subprocess.Popen([sys.executable, *launcher, *args], env=env)
+    try:
+        yield server
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@contextmanager
+def _bare(port: int, base_url: str, workers: int) -> Iterator[subprocess.Popen[bytes]]:
+    """benchmarks/bare_agent.py serving on `port`, in `workers` processes."""
+    args = ["--port", str(port), "--base-url", base_url, "--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "bare_agent.py"), *args], env=env)
     try:
         yield server
     finally:
@@ -147,6 +164,9 @@ async def measure(rounds: int) -> dict[str, Any]:
                 server_env = {**server_env, "META_AGENT_CONVERSATIONS_DB": f"{state}/c{i}.db"}
                 port = _free_port()
                 servers[name] = (f"http://127.0.0.1:{port}", stack.enter_context(_serving(config, port, server_env)))
+            for name, workers in FLOOR.items():
+                port = _free_port()
+                servers[name] = (f"http://127.0.0.1:{port}", stack.enter_context(_bare(port, base_url, workers)))
             for url, _ in servers.values():
                 await _wait_healthy(url)
             before = {name: _cpu(process) for name, (_, process) in servers.items()}
@@ -166,5 +186,8 @@ async def measure(rounds: int) -> dict[str, Any]:
 
 
 def _cpu(process: subprocess.Popen[bytes]) -> float:
-    """The process's CPU seconds so far, user and system."""
-    return sum(psutil.Process(process.pid).cpu_times()[:2])
+    """The CPU seconds so far, user and system, of the server's processes: the process, and its workers where it
+    has them (not its children, the MCP servers it started)."""
+    top = psutil.Process(process.pid)
+    workers = [p for p in top.children() if "multiprocessing" in " ".join(p.cmdline())]
+    return sum(sum(p.cpu_times()[:2]) for p in [top, *workers])

@@ -197,7 +197,31 @@ def _per_core(results: dict[str, Any]) -> list[str]:
     for what, figure, yardstick, theirs, ratio, goal, ok in rows:
         shown = "—" if ratio is None else f"{ratio:.2f}×"
         lines.append(f"| {what} | {figure} | {yardstick} | {theirs} | {shown} | {goal} | {verdict(ok)} |")
-    return [*lines, ""]
+    return [*lines, "", *_floor(cc)]
+
+
+def _floor(cc: dict[str, Any]) -> list[str]:
+    """The bursts' floor, measured beside them: what the same burst reaches on a bare SDK server doing the same model
+    requests and child calls (benchmarks/bare_agent.py), in one process and in two."""
+    alone = cc.get("one run alone ms", {})
+    cpu = cc.get("server cpu ms per run", {})
+    cells = []
+    for name in concurrency.FLOOR:
+        ratios = [
+            f"{cc[key]['median'] / alone[key]['median']:.2f}× ({era.split()[0]})"
+            for era in concurrency.MODES
+            if (key := f"{name}: {era}") in cc and key in alone
+        ]
+        if ratios and name in cpu:
+            cells.append(f"{name}: {', '.join(ratios)}, {cpu[name]:.1f} ms of CPU per run")
+    if not cells:
+        return []
+    return [
+        f"The floor of the burst, measured beside it: the same bursts, burst / one run alone, on {'; on '.join(cells)};"
+        f" meta-agent: {cpu[concurrency.OURS]:.1f} ms per run. The client, the model endpoint and the child share the"
+        " same two cores (concurrency below).",
+        "",
+    ]
 
 
 def _alone_cells(burst: dict[str, float], alone: dict[str, float] | None) -> str:
