@@ -15,10 +15,12 @@ from instant_model import InstantModel
 
 from meta_agent import Settings, build_server, configure_logging, load_servers
 from meta_agent.front.stdio.serve import serve_stdio
+from meta_agent.shared.heap import settle_for_serving
 
 if __name__ == "__main__":
     configure_logging("warning")
     settings = Settings()
     servers = load_servers(Path(sys.argv[1]), os.environ)
     server = build_server(settings, servers, os.environ, provider=InstantModel())
+    settle_for_serving()  # as `serve` does
     anyio.run(serve_stdio, server)

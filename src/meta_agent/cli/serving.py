@@ -23,6 +23,7 @@ from meta_agent.config.servers import ServerEntry
 from meta_agent.config.settings import Settings
 from meta_agent.errors import ConfigError
 from meta_agent.records.otel_setup import exported
+from meta_agent.shared.heap import settle_for_serving
 from meta_agent.shared.unimported import WITHOUT_HTTP_SERVER, hidden
 
 MAX_PORT = 65535
@@ -45,6 +46,7 @@ async def serve_on_stdio(args: argparse.Namespace, settings: Settings, servers: 
 
     # Where the event loop cannot poll pipes (Windows) the SDK's own transport serves, which cannot tell the answers.
     server = _server(args, settings, servers, hold_children=sys.platform != "win32")
+    settle_for_serving()  # (meta_agent.shared.heap)
     async with _reloading_on_hangup(server), _watched(server, settings):
         await serve_stdio(server)
     return 0
@@ -72,6 +74,7 @@ async def serve_on_http(args: argparse.Namespace, settings: Settings, servers: d
     except ConfigError as exc:
         return fail(str(exc), EXIT_USAGE)
     host, port = sockets[0].getsockname()[:2]
+    settle_for_serving()  # (meta_agent.shared.heap)
     log.info("serving_http", url=f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp")
     link = console_of(app).sign_in_link(_base_url(args.host, port))
     if link is not None:  # the code is a credential: said to the operator's terminal, never to the log
