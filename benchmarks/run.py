@@ -472,7 +472,9 @@ def report(results: dict[str, Any], faults: dict[str, Any], seconds: float, run:
         f" run of {concurrency.TURNS} model turns (two echo calls, then the answer) against a model endpoint that"
         f" answers after {concurrency.TURN_DELAY * 1000:.0f} ms; the ideal wall time is {ideal:.0f} ms. The baseline"
         f" is the code of {concurrency.BASELINE} (before issue 15), run from git on the same machine with the same"
-        " packages, burst for burst beside today's.",
+        " packages, burst for burst beside today's. The floor is a bare SDK server (benchmarks/bare_agent.py) whose"
+        " `agent` tool makes the same model requests and child calls with the same libraries and nothing else, in one"
+        " process and in two (sessionless, so that either takes any request), burst for burst beside them too.",
         "",
         "| server: caller | wall time | × ideal | one run alone | burst / one run alone |",
         "|---|---|---|---|---|",
