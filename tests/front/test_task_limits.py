@@ -172,8 +172,8 @@ async def test_callers_gone_before_the_answer_give_their_places_back(era: str, l
                     callers.start_soon(burst, raw, 1000, gone)
                     await wait_for(lambda: len(gone.refused) == 1000 - LIMIT)
                     callers.cancel_scope.cancel()  # the 5 waiting go away
-                    if raw.modern:  # each call's end reaches the server as it is cancelled
-                        db.execute("commit")  # and the writes they began can end
+                    if raw.modern:  # these callers unwind only once the writes they began end: commit first
+                        db.execute("commit")
                 if not raw.modern:
                     # A 2025-11-25 caller tells the server with a notification, sent as its call unwinds (the block
                     # above waited for that). The server applies them in the order they come, so once a request sent
